@@ -1,0 +1,147 @@
+/* main.c — the `hsi` command: dispatches to self-registered subcommands,
+ * prints help. Subcommands live one per file in cli/. */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_CMDS 64
+static const hsi_cli_cmd *cmds[MAX_CMDS];
+static int n_cmds;
+
+void hsi_cli_register(const hsi_cli_cmd *cmd)
+{
+    if (n_cmds < MAX_CMDS) cmds[n_cmds++] = cmd;
+}
+
+const hsi_cli_cmd *hsi_cli_find(const char *name)
+{
+    for (int i = 0; i < n_cmds; i++)
+        if (strcmp(cmds[i]->name, name) == 0) return cmds[i];
+    return NULL;
+}
+
+int hsi_cli_fail(const char *cmd, hsi_status st)
+{
+    const char *msg = hsi_last_error();
+    fprintf(stderr, "hsi %s: %s\n", cmd, msg && *msg ? msg : hsi_status_name(st));
+    return HSI_EXIT_FAIL;
+}
+
+int hsi_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "hsi %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see 'hsi help %s')\n", cmd);
+    va_end(ap);
+    return HSI_EXIT_USAGE;
+}
+
+int hsi_cli_wants_help(const hsi_cli_cmd *cmd, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            fputs(cmd->usage, stdout);
+            return 1;
+        }
+    return 0;
+}
+
+int hsi_cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != 0) return 0;
+    if (*i + 1 >= argc) {
+        *val = NULL; /* caller reports the missing value */
+        return 1;
+    }
+    *val = argv[++*i];
+    return 1;
+}
+
+int hsi_cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
+                      long long *out)
+{
+    char *end = NULL;
+    if (!s) return hsi_cli_usage_error(cmd, "%s needs a value", opt) && 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || v < lo || v > hi) {
+        hsi_cli_usage_error(cmd, "%s expects an integer in %lld..%lld, got '%s'", opt, lo, hi, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int hsi_cli_parse_double(const char *cmd, const char *opt, const char *s, double *out)
+{
+    char *end = NULL;
+    if (!s) return hsi_cli_usage_error(cmd, "%s needs a value", opt) && 0;
+    double v = strtod(s, &end);
+    if (end == s || *end) {
+        hsi_cli_usage_error(cmd, "%s expects a number, got '%s'", opt, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int cmp_cmd(const void *a, const void *b)
+{
+    return strcmp((*(const hsi_cli_cmd *const *)a)->name, (*(const hsi_cli_cmd *const *)b)->name);
+}
+
+static void print_help(FILE *fp)
+{
+    fprintf(fp, "hsi — hyperspectral cubes from disk to a trained classifier and a map\n\n"
+                "usage: hsi COMMAND [ARGS...]\n       hsi help COMMAND\n\ncommands:\n");
+    for (int i = 0; i < n_cmds; i++) fprintf(fp, "  %-12s %s\n", cmds[i]->name, cmds[i]->summary);
+    fprintf(fp, "\nbuild: %s\n", hsi_cuda_built() ? "CUDA" : "CPU only");
+}
+
+int main(int argc, char **argv)
+{
+    qsort(cmds, (size_t)n_cmds, sizeof *cmds, cmp_cmd);
+    if (argc < 2) {
+        print_help(stderr);
+        return HSI_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
+        print_help(stdout);
+        return HSI_EXIT_OK;
+    }
+    if (!strcmp(name, "--version")) {
+        printf("hsi 0.1 (%s)\n", hsi_cuda_built() ? "CUDA build" : "CPU build");
+        return HSI_EXIT_OK;
+    }
+    if (!strcmp(name, "help")) {
+        if (argc < 3) {
+            print_help(stdout);
+            return HSI_EXIT_OK;
+        }
+        const hsi_cli_cmd *c = hsi_cli_find(argv[2]);
+        if (!c) {
+            fprintf(stderr, "hsi help: unknown command '%s'\n", argv[2]);
+            return HSI_EXIT_USAGE;
+        }
+        fputs(c->usage, stdout);
+        return HSI_EXIT_OK;
+    }
+    const hsi_cli_cmd *c = hsi_cli_find(name);
+    if (!c) {
+        fprintf(stderr, "hsi: unknown command '%s' (see 'hsi --help')\n", name);
+        return HSI_EXIT_USAGE;
+    }
+    if (hsi_cli_wants_help(c, argc - 1, argv + 1)) return HSI_EXIT_OK;
+    return c->run(argc - 1, argv + 1);
+}

@@ -1,0 +1,147 @@
+/* runner.c — the one test runner: runs every registered CUnit suite (or
+ * those whose names contain one of the arguments) and exits with the number
+ * of failures, so `make test` fails when any test fails. */
+#define _GNU_SOURCE
+#include "test.h"
+
+#include <CUnit/Basic.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_SUITES 256
+static struct {
+    const char *name;
+    const hsi_test_case *cases;
+    int flags;
+} suites[MAX_SUITES];
+static int n_suites;
+
+void hsi_test_register(const char *name, const hsi_test_case *cases, int flags)
+{
+    if (n_suites < MAX_SUITES) {
+        suites[n_suites].name = name;
+        suites[n_suites].cases = cases;
+        suites[n_suites].flags = flags;
+        n_suites++;
+    }
+}
+
+const char *hsi_test_shared(const char *rel)
+{
+    static _Thread_local char path[8][4096];
+    static _Thread_local int slot;
+    const char *base = getenv("HSI_SHARED_DATA");
+    if (!base || !*base) base = "../shared/data";
+    char *p = path[slot++ & 7];
+    snprintf(p, 4096, "%s/%s", base, rel);
+    return access(p, R_OK) == 0 ? p : NULL;
+}
+
+static char tmpdir[4096];
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+
+static void cleanup_tmp(void)
+{
+    if (tmpdir[0] && !getenv("HSI_KEEP_TMP")) nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *hsi_test_tmpdir(void)
+{
+    if (!tmpdir[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/hsi-test-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(2);
+        }
+        atexit(cleanup_tmp);
+    }
+    return tmpdir;
+}
+
+const char *hsi_test_tmp(const char *name)
+{
+    static char buf[8][4096];
+    static int slot;
+    char *p = buf[slot++ & 7];
+    snprintf(p, 4096, "%s/%s", hsi_test_tmpdir(), name);
+    return p;
+}
+
+static int cmp_suite(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    return strcmp(x, y);
+}
+
+int main(int argc, char **argv)
+{
+    int require_cuda = 0;
+    const char *filters[64];
+    int n_filters = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--require-cuda") == 0) require_cuda = 1;
+        else if (strcmp(argv[i], "--list") == 0) {
+            for (int s = 0; s < n_suites; s++) printf("%s\n", suites[s].name);
+            return 0;
+        } else if (n_filters < 64) filters[n_filters++] = argv[i];
+    }
+    /* env var form for `make test TESTS=...` with several words */
+    int have_shared = hsi_test_shared("SOURCES.md") != NULL;
+    int have_cuda = hsi_cuda_device_count() > 0;
+    if (require_cuda && !have_cuda) {
+        fprintf(stderr, "hsi_tests: --require-cuda given but no CUDA device is present (%s)\n",
+                hsi_cuda_built() ? "CUDA build" : "CPU-only build");
+        return 1;
+    }
+    hsi_set_quiet(1);
+    if (CU_initialize_registry() != CUE_SUCCESS) return 2;
+    /* sort suites by name so the order does not depend on link order */
+    const char *order[MAX_SUITES];
+    for (int s = 0; s < n_suites; s++) order[s] = suites[s].name;
+    qsort(order, (size_t)n_suites, sizeof *order, cmp_suite);
+    int inactive_shared = 0, inactive_cuda = 0;
+    for (int o = 0; o < n_suites; o++) {
+        int s = 0;
+        while (strcmp(suites[s].name, order[o]) != 0) s++;
+        if (n_filters) {
+            int hit = 0;
+            for (int f = 0; f < n_filters; f++) hit |= strstr(suites[s].name, filters[f]) != NULL;
+            if (!hit) continue;
+        }
+        CU_pSuite cs = CU_add_suite(suites[s].name, NULL, NULL);
+        for (const hsi_test_case *c = suites[s].cases; c->name; c++) CU_add_test(cs, c->name, c->fn);
+        if ((suites[s].flags & HSI_SUITE_NEEDS_SHARED) && !have_shared) {
+            CU_set_suite_active(cs, CU_FALSE);
+            inactive_shared++;
+        }
+        if ((suites[s].flags & HSI_SUITE_NEEDS_CUDA) && !have_cuda) {
+            CU_set_suite_active(cs, CU_FALSE);
+            inactive_cuda++;
+        }
+    }
+    if (inactive_shared)
+        printf("skipped: %d suite(s) need ../shared/data, which is absent\n", inactive_shared);
+    if (inactive_cuda)
+        printf("skipped: %d CUDA suite(s): no CUDA device here (%s)\n", inactive_cuda,
+               hsi_cuda_built() ? "CUDA build" : "CPU-only build");
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures();
+    unsigned tests_failed = CU_get_number_of_tests_failed();
+    unsigned run = CU_get_number_of_tests_run();
+    CU_cleanup_registry();
+    printf("\n%u passed, %u failed\n", run - tests_failed, tests_failed);
+    if (run == 0) {
+        fprintf(stderr, "hsi_tests: no test ran\n");
+        return 1;
+    }
+    return fails ? (tests_failed ? (int)(tests_failed > 255 ? 255 : tests_failed) : 1) : 0;
+}

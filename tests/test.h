@@ -1,0 +1,70 @@
+/* test.h — what every test file includes: CUnit, self-registering suites
+ * and helpers for ../shared data. Not part of the library. */
+#ifndef HSI_TEST_H
+#define HSI_TEST_H
+
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/core.h"
+
+typedef struct hsi_test_case {
+    const char *name;
+    void (*fn)(void);
+} hsi_test_case;
+
+enum {
+    HSI_SUITE_NEEDS_SHARED = 1, /* inactive when ../shared/data is absent */
+    HSI_SUITE_NEEDS_CUDA = 2    /* inactive when no CUDA device is present */
+};
+
+void hsi_test_register(const char *name, const hsi_test_case *cases, int flags);
+
+/* HSI_SUITE(name, flags, {"case", fn}, ...) registers a suite at load time. */
+#define HSI_SUITE(sname, flags, ...)                                           \
+    static const hsi_test_case sname##_cases[] = {__VA_ARGS__, {NULL, NULL}};  \
+    __attribute__((constructor)) static void sname##_register(void)           \
+    {                                                                          \
+        hsi_test_register(#sname, sname##_cases, (flags));                     \
+    }
+
+/* Path of a file under the shared data folder (../shared/data or
+ * $HSI_SHARED_DATA), or NULL when absent. Returned string is static per
+ * call site-free: copy it if you need two at once. */
+const char *hsi_test_shared(const char *rel);
+/* A scratch directory for this run (created once, removed at exit). */
+const char *hsi_test_tmpdir(void);
+/* Joins tmpdir and name into a static buffer (rotates among 8 buffers). */
+const char *hsi_test_tmp(const char *name);
+
+/* Assert that an hsi call succeeded; prints hsi_last_error() when not. */
+#define HSI_CHECK_OK(expr)                                                     \
+    do {                                                                       \
+        hsi_status st_ = (expr);                                               \
+        if (st_ != HSI_OK)                                                     \
+            fprintf(stderr, "\n  %s:%d: %s -> %s: %s\n", __FILE__, __LINE__,   \
+                    #expr, hsi_status_name(st_), hsi_last_error());            \
+        CU_ASSERT_EQUAL_FATAL(st_, HSI_OK);                                    \
+    } while (0)
+
+/* Assert a specific failure whose message contains `needle`. */
+#define HSI_CHECK_FAILS(expr, code, needle)                                    \
+    do {                                                                       \
+        hsi_status st_ = (expr);                                               \
+        CU_ASSERT_EQUAL(st_, (code));                                          \
+        if (st_ != (code))                                                     \
+            fprintf(stderr, "\n  %s:%d: %s gave %s (%s)\n", __FILE__, __LINE__, \
+                    #expr, hsi_status_name(st_), hsi_last_error());            \
+        if ((needle) && !strstr(hsi_last_error(), (needle))) {                 \
+            fprintf(stderr, "\n  %s:%d: message '%s' lacks '%s'\n", __FILE__,  \
+                    __LINE__, hsi_last_error(), (const char *)(needle));       \
+            CU_FAIL("error message lacks the expected words");                 \
+        }                                                                      \
+    } while (0)
+
+#define HSI_ASSERT_NEAR(a, b, tol) CU_ASSERT_DOUBLE_EQUAL((a), (b), (tol))
+
+#endif
