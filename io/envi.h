@@ -1,0 +1,68 @@
+/* envi.h — ENVI header parsing, the zero-copy ENVI reader and the streaming
+ * ENVI writer. The header parser takes memory (fuzz entry point); the reader
+ * maps the data file and returns a strided view over it. */
+#ifndef HSI_ENVI_H
+#define HSI_ENVI_H
+
+#include "core.h"
+#include "cube.h"
+#include "meta.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Parses header text (len bytes, need not be NUL-terminated) into m
+ * (initialised here). `name` is used in messages (the header's path).
+ * Checks syntax and required keys (samples, lines, bands, data type,
+ * interleave) and fills every typed field it understands; non-fatal
+ * problems go to m->warnings. */
+hsi_status hsi_envi_parse(hsi_meta *m, const char *text, size_t len, const char *name);
+
+/* Opens an ENVI cube given its header or its data file. The data file is
+ * mapped (gzip-compressed files are inflated into a host buffer) and
+ * out->view is a (band, line, sample) view over it. */
+hsi_status hsi_envi_open(hsi_cube *out, const char *path);
+
+/* Finds the header for a data file or the data file for a header.
+ * *out is malloc'd. On failure the message lists every name tried. */
+hsi_status hsi_envi_find_header(char **out, const char *data_path);
+hsi_status hsi_envi_find_data(char **out, const char *header_path, const hsi_meta *m);
+
+typedef struct hsi_envi_write_options {
+    hsi_interleave interleave; /* default BSQ */
+    hsi_dtype dtype;           /* HSI_DT_INVALID = the source view's dtype */
+    int byte_order;            /* 0 little (default), 1 big */
+    int64_t header_offset;     /* bytes of zeros before the data, default 0 */
+    const char *data_ext;      /* data file name: header path minus ".hdr" plus this
+                                  (default "" -> "X.hdr" + "X"); e.g. ".img" */
+} hsi_envi_write_options;
+void hsi_envi_write_options_init(hsi_envi_write_options *o);
+
+/* Streaming writer: lines arrive in order as (bands, n, samples) views;
+ * data and header go to temporary names and are renamed into place by
+ * finish; abort (or any error) leaves nothing at the destination. */
+typedef struct hsi_envi_writer hsi_envi_writer;
+hsi_status hsi_envi_writer_open(hsi_envi_writer **w, const char *hdr_path, const hsi_meta *meta,
+                                int64_t n_bands, int64_t n_lines, int64_t n_samples,
+                                const hsi_envi_write_options *o);
+/* lines: (n_bands, n, n_samples) view, any dtype/strides/byte order */
+hsi_status hsi_envi_writer_write(hsi_envi_writer *w, const hsi_view *lines);
+hsi_status hsi_envi_writer_finish(hsi_envi_writer *w); /* frees w */
+void hsi_envi_writer_abort(hsi_envi_writer *w);        /* frees w */
+
+/* Whole-view convenience on top of the streaming writer (tile by tile). */
+hsi_status hsi_envi_write(const char *hdr_path, const hsi_view *cube, const hsi_meta *meta,
+                          const hsi_envi_write_options *o);
+
+/* Header text for meta with the given storage (the writer uses it).
+ * Writes every required key, the typed fields, then every other verbatim
+ * key in its original order. *out is malloc'd. */
+hsi_status hsi_envi_format_header(char **out, const hsi_meta *meta, int64_t n_bands,
+                                  int64_t n_lines, int64_t n_samples, hsi_dtype dtype,
+                                  hsi_interleave il, int byte_order, int64_t header_offset);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
