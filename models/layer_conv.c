@@ -1,0 +1,286 @@
+/* layer_conv.c — 2-D/3-D convolution kernels, forward and backward, in float
+ * and double: im2col over a group of samples + one OpenBLAS gemm per group.
+ * Not a graph node and not a view: packed arrays in, packed arrays out, no
+ * allocation (scratch comes from the caller, sized by hsi_conv_workspace_bytes).
+ *
+ * The type-generic body lives at the bottom of this file, which includes
+ * itself twice (float, double) so both precisions run the same algorithm. */
+#ifndef HSI_LAYER_T
+
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#include "models/layers.h"
+
+/* Geometry normalised to 3 spatial dims: a 2-D conv is a 3-D conv with D = 1. */
+typedef struct conv_geom {
+    int64_t n, c, k;
+    int64_t id, ih, iw, kd, kh, kw, sd, sh, sw, pd, ph, pw, od, oh, ow;
+    int64_t in_sp, out_sp, ker_sp; /* D*H*W, oD*oH*oW, kD*kH*kW */
+    int64_t ckk;                   /* C * ker_sp: rows of the column matrix */
+    int64_t group;                 /* samples per im2col group */
+} conv_geom;
+
+/* Scratch per group: cols (ckk x group*out_sp) + tmp (k x group*out_sp).
+ * The group is chosen so that the scratch stays around this many elements
+ * (bigger gemms run faster, smaller columns stay in cache); tuned on the
+ * cnn2d layers (see bench/) — any value gives the same results. */
+#define HSI_CONV_GROUP_TARGET_BYTES ((int64_t)6 << 20)
+
+static void conv_geom_fill(conv_geom *g, const hsi_conv_dims *d, size_t elem)
+{
+    int o = d->nd == 3 ? 0 : -1; /* index of D in the arrays, -1 = none */
+    g->n = d->n, g->c = d->c, g->k = d->k;
+    g->id = o < 0 ? 1 : d->in[0], g->kd = o < 0 ? 1 : d->ker[0];
+    g->sd = o < 0 ? 1 : d->stride[0], g->pd = o < 0 ? 0 : d->pad[0];
+    g->od = o < 0 ? 1 : d->out[0];
+    g->ih = d->in[o + 1], g->kh = d->ker[o + 1], g->sh = d->stride[o + 1];
+    g->ph = d->pad[o + 1], g->oh = d->out[o + 1];
+    g->iw = d->in[o + 2], g->kw = d->ker[o + 2], g->sw = d->stride[o + 2];
+    g->pw = d->pad[o + 2], g->ow = d->out[o + 2];
+    g->in_sp = g->id * g->ih * g->iw;
+    g->out_sp = g->od * g->oh * g->ow;
+    g->ker_sp = g->kd * g->kh * g->kw;
+    g->ckk = g->c * g->ker_sp;
+    int64_t per = (g->ckk + g->k) * g->out_sp * (int64_t)elem;
+    int64_t grp = HSI_CONV_GROUP_TARGET_BYTES / (per > 0 ? per : 1);
+    if (grp < 1) grp = 1;
+    if (grp > g->n) grp = g->n;
+    /* equal groups: 128 samples at 40 per group run as 4 x 32, not 3 x 40 + 8 */
+    int64_t n_groups = (g->n + grp - 1) / grp;
+    g->group = (g->n + n_groups - 1) / n_groups;
+    /* gemm sizes are ints */
+    while (g->group > 1 && g->group * g->out_sp > INT_MAX) g->group /= 2;
+}
+
+hsi_status hsi_conv_dims_init(hsi_conv_dims *d, int nd, int n, int c, int k, const int *in,
+                              const int *ker, const int *stride, const int *pad)
+{
+    static const char *axis2[] = {"H", "W"}, *axis3[] = {"D", "H", "W"};
+    if (!d || !in || !ker || !stride || !pad)
+        return HSI_FAIL(HSI_ERR_ARG, "conv: NULL argument (dims, in, ker, stride or pad)");
+    memset(d, 0, sizeof *d);
+    if (nd != 2 && nd != 3)
+        return HSI_FAIL(HSI_ERR_ARG, "conv: spatial dims must be 2 or 3 (found %d)", nd);
+    if (n < 1 || c < 1 || k < 1)
+        return HSI_FAIL(HSI_ERR_ARG,
+                        "conv: batch, in channels and out channels must be >= 1 "
+                        "(found n=%d c=%d k=%d)", n, c, k);
+    const char **ax = nd == 2 ? axis2 : axis3;
+    d->nd = nd, d->n = n, d->c = c, d->k = k;
+    int64_t in_sp = 1, out_sp = 1, ker_sp = 1;
+    for (int i = 0; i < nd; i++) {
+        if (in[i] < 1 || ker[i] < 1 || stride[i] < 1 || pad[i] < 0)
+            return HSI_FAIL(HSI_ERR_ARG,
+                            "conv%dd: axis %s needs input >= 1, kernel >= 1, stride >= 1, "
+                            "padding >= 0 (found input %d, kernel %d, stride %d, padding %d)",
+                            nd, ax[i], in[i], ker[i], stride[i], pad[i]);
+        int64_t span = (int64_t)in[i] + 2 * (int64_t)pad[i] - ker[i];
+        if (span < 0)
+            return HSI_FAIL(HSI_ERR_ARG,
+                            "conv%dd: axis %s: kernel %d is larger than the padded input "
+                            "%d + 2*%d; output would be empty",
+                            nd, ax[i], ker[i], in[i], pad[i]);
+        d->in[i] = in[i], d->ker[i] = ker[i], d->stride[i] = stride[i], d->pad[i] = pad[i];
+        d->out[i] = (int)(span / stride[i] + 1);
+        in_sp *= in[i], out_sp *= d->out[i], ker_sp *= ker[i];
+    }
+    /* Every size the kernels index with, and every gemm dimension, must fit. */
+    if (in_sp * c > INT_MAX || out_sp * k > INT_MAX || ker_sp * c > INT_MAX ||
+        (double)n * (double)c * (double)in_sp > 9.0e18 ||
+        (double)n * (double)k * (double)out_sp > 9.0e18)
+        return HSI_FAIL(HSI_ERR_OVERFLOW,
+                        "conv%dd: sizes too large (C*in = %lld, K*out = %lld, C*kernel = %lld)",
+                        nd, (long long)(in_sp * c), (long long)(out_sp * k),
+                        (long long)(ker_sp * c));
+    return HSI_OK;
+}
+
+size_t hsi_conv_workspace_bytes(const hsi_conv_dims *d, size_t elem_size)
+{
+    conv_geom g;
+    conv_geom_fill(&g, d, elem_size);
+    return (size_t)((g.ckk + g.k) * g.group * g.out_sp) * elem_size;
+}
+
+/* First ow at which ow*s - p + kk >= 0, and one past the last at which it is
+ * < len, both clamped to [0, n_out]. */
+static inline void conv_valid_range(int64_t *lo, int64_t *hi, int64_t len, int64_t s,
+                                    int64_t p, int64_t kk, int64_t n_out)
+{
+    int64_t a = p - kk; /* need ow*s >= a */
+    int64_t l = a <= 0 ? 0 : (a + s - 1) / s;
+    int64_t b = len + p - kk; /* need ow*s < b */
+    int64_t h = b <= 0 ? 0 : (b + s - 1) / s;
+    if (l > n_out) l = n_out;
+    if (h > n_out) h = n_out;
+    if (h < l) h = l;
+    *lo = l, *hi = h;
+}
+
+#define HSI_CAT_(a, b) a##b
+#define HSI_CAT(a, b) HSI_CAT_(a, b)
+
+#define HSI_LAYER_T float
+#define HSI_FN(name) HSI_CAT(name, _f32)
+#define HSI_GEMM cblas_sgemm
+#include "layer_conv.c"
+#undef HSI_LAYER_T
+#undef HSI_FN
+#undef HSI_GEMM
+
+#define HSI_LAYER_T double
+#define HSI_FN(name) HSI_CAT(name, _f64)
+#define HSI_GEMM cblas_dgemm
+#include "layer_conv.c"
+#undef HSI_LAYER_T
+#undef HSI_FN
+#undef HSI_GEMM
+
+#else /* ------------------------------------------- type-generic body */
+
+#define T HSI_LAYER_T
+
+/* cols (ckk, n_grp*out_sp) packed, row (c, kd, kh, kw) — the layout of one
+ * filter of w — column (g, od, oh, ow), from x (n_grp, C, D, H, W) packed. */
+static void HSI_FN(im2col)(T *cols, const T *x, const conv_geom *g, int64_t n_grp)
+{
+    int64_t ld = n_grp * g->out_sp;
+    for (int64_t c = 0; c < g->c; c++)
+        for (int64_t kd = 0; kd < g->kd; kd++)
+            for (int64_t kh = 0; kh < g->kh; kh++)
+                for (int64_t kw = 0; kw < g->kw; kw++) {
+                    int64_t row = ((c * g->kd + kd) * g->kh + kh) * g->kw + kw;
+                    int64_t lo, hi;
+                    conv_valid_range(&lo, &hi, g->iw, g->sw, g->pw, kw, g->ow);
+                    for (int64_t s = 0; s < n_grp; s++) {
+                        const T *xp = x + (s * g->c + c) * g->in_sp;
+                        T *out = cols + row * ld + s * g->out_sp;
+                        for (int64_t od = 0; od < g->od; od++) {
+                            int64_t zd = od * g->sd - g->pd + kd;
+                            for (int64_t oh = 0; oh < g->oh; oh++, out += g->ow) {
+                                int64_t zh = oh * g->sh - g->ph + kh;
+                                if (zd < 0 || zd >= g->id || zh < 0 || zh >= g->ih) {
+                                    memset(out, 0, (size_t)g->ow * sizeof(T));
+                                    continue;
+                                }
+                                const T *xr = xp + (zd * g->ih + zh) * g->iw - g->pw + kw;
+                                for (int64_t o = 0; o < lo; o++) out[o] = 0;
+                                if (g->sw == 1)
+                                    memcpy(out + lo, xr + lo, (size_t)(hi - lo) * sizeof(T));
+                                else
+                                    for (int64_t o = lo; o < hi; o++) out[o] = xr[o * g->sw];
+                                for (int64_t o = hi; o < g->ow; o++) out[o] = 0;
+                            }
+                        }
+                    }
+                }
+}
+
+/* dx (n_grp, C, D, H, W) += the columns folded back (the adjoint of im2col). */
+static void HSI_FN(col2im)(T *dx, const T *cols, const conv_geom *g, int64_t n_grp)
+{
+    int64_t ld = n_grp * g->out_sp;
+    for (int64_t c = 0; c < g->c; c++)
+        for (int64_t kd = 0; kd < g->kd; kd++)
+            for (int64_t kh = 0; kh < g->kh; kh++)
+                for (int64_t kw = 0; kw < g->kw; kw++) {
+                    int64_t row = ((c * g->kd + kd) * g->kh + kh) * g->kw + kw;
+                    int64_t lo, hi;
+                    conv_valid_range(&lo, &hi, g->iw, g->sw, g->pw, kw, g->ow);
+                    for (int64_t s = 0; s < n_grp; s++) {
+                        T *xp = dx + (s * g->c + c) * g->in_sp;
+                        const T *in = cols + row * ld + s * g->out_sp;
+                        for (int64_t od = 0; od < g->od; od++) {
+                            int64_t zd = od * g->sd - g->pd + kd;
+                            for (int64_t oh = 0; oh < g->oh; oh++, in += g->ow) {
+                                int64_t zh = oh * g->sh - g->ph + kh;
+                                if (zd < 0 || zd >= g->id || zh < 0 || zh >= g->ih) continue;
+                                T *xr = xp + (zd * g->ih + zh) * g->iw - g->pw + kw;
+                                if (g->sw == 1)
+                                    for (int64_t o = lo; o < hi; o++) xr[o] += in[o];
+                                else
+                                    for (int64_t o = lo; o < hi; o++) xr[o * g->sw] += in[o];
+                            }
+                        }
+                    }
+                }
+}
+
+void HSI_FN(hsi_conv_forward)(T *y, const T *x, const T *w, const T *b,
+                              const hsi_conv_dims *d, void *ws)
+{
+    conv_geom g;
+    conv_geom_fill(&g, d, sizeof(T));
+    T *cols = (T *)ws;
+    T *tmp = cols + g.ckk * g.group * g.out_sp;
+    for (int64_t n0 = 0; n0 < g.n; n0 += g.group) {
+        int64_t ng = g.n - n0 < g.group ? g.n - n0 : g.group;
+        int64_t cols_n = ng * g.out_sp;
+        const T *xg = x + n0 * g.c * g.in_sp;
+        HSI_FN(im2col)(cols, xg, &g, ng);
+        /* tmp (K x cols_n) = w (K x CKK, row-major, ld CKK) * cols (CKK x cols_n, ld cols_n) */
+        HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.k, (int)cols_n, (int)g.ckk,
+                 1, w, (int)g.ckk, cols, (int)cols_n, 0, tmp, (int)cols_n);
+        /* y[n0+s][k][:] = tmp[k][s*out_sp : (s+1)*out_sp] + b[k] */
+        for (int64_t s = 0; s < ng; s++)
+            for (int64_t k = 0; k < g.k; k++) {
+                T *yo = y + ((n0 + s) * g.k + k) * g.out_sp;
+                const T *t = tmp + k * cols_n + s * g.out_sp;
+                T bias = b ? b[k] : (T)0;
+                for (int64_t o = 0; o < g.out_sp; o++) yo[o] = t[o] + bias;
+            }
+    }
+}
+
+void HSI_FN(hsi_conv_backward)(T *dx, T *dw, T *db, const T *dy, const T *x, const T *w,
+                               const hsi_conv_dims *d, void *ws)
+{
+    conv_geom g;
+    conv_geom_fill(&g, d, sizeof(T));
+    if (db) {
+        /* db[k] += sum over n and positions of dy; partial sums per row keep
+         * the float rounding error to that of out_sp terms */
+        for (int64_t k = 0; k < g.k; k++) {
+            double acc = 0;
+            for (int64_t n = 0; n < g.n; n++) {
+                const T *r = dy + (n * g.k + k) * g.out_sp;
+                T p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+                int64_t o = 0;
+                for (; o + 4 <= g.out_sp; o += 4) p0 += r[o], p1 += r[o + 1], p2 += r[o + 2],
+                                                  p3 += r[o + 3];
+                for (; o < g.out_sp; o++) p0 += r[o];
+                acc += (double)((p0 + p1) + (p2 + p3));
+            }
+            db[k] += (T)acc;
+        }
+    }
+    if (!dw && !dx) return;
+    T *cols = (T *)ws;
+    T *tmp = cols + g.ckk * g.group * g.out_sp;
+    for (int64_t n0 = 0; n0 < g.n; n0 += g.group) {
+        int64_t ng = g.n - n0 < g.group ? g.n - n0 : g.group;
+        int64_t cols_n = ng * g.out_sp;
+        /* tmp (K x cols_n): dy of this group, samples side by side */
+        for (int64_t s = 0; s < ng; s++)
+            for (int64_t k = 0; k < g.k; k++)
+                memcpy(tmp + k * cols_n + s * g.out_sp, dy + ((n0 + s) * g.k + k) * g.out_sp,
+                       (size_t)g.out_sp * sizeof(T));
+        if (dw) {
+            HSI_FN(im2col)(cols, x + n0 * g.c * g.in_sp, &g, ng);
+            /* dw (K x CKK) += tmp (K x cols_n) * cols^T (cols_n x CKK); cols is CKK x cols_n */
+            HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.k, (int)g.ckk, (int)cols_n,
+                     1, tmp, (int)cols_n, cols, (int)cols_n, 1, dw, (int)g.ckk);
+        }
+        if (dx) {
+            /* cols (CKK x cols_n) = w^T (CKK x K; w is K x CKK, ld CKK) * tmp (K x cols_n) */
+            HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g.ckk, (int)cols_n, (int)g.k,
+                     1, w, (int)g.ckk, tmp, (int)cols_n, 0, cols, (int)cols_n);
+            HSI_FN(col2im)(dx + n0 * g.c * g.in_sp, cols, &g, ng);
+        }
+    }
+}
+
+#undef T
+#endif
