@@ -104,7 +104,9 @@ static void print_help(FILE *fp)
 {
     fprintf(fp, "hsi — hyperspectral cubes from disk to a trained classifier and a map\n\n"
                 "usage: hsi COMMAND [ARGS...]\n       hsi help COMMAND\n\ncommands:\n");
-    for (int i = 0; i < n_cmds; i++) fprintf(fp, "  %-12s %s\n", cmds[i]->name, cmds[i]->summary);
+    for (int i = 0; i < n_cmds; i++)
+        if (strncmp(cmds[i]->name, "bench-", 6) != 0) /* reached through `hsi bench` */
+            fprintf(fp, "  %-12s %s\n", cmds[i]->name, cmds[i]->summary);
     fprintf(fp, "\nbuild: %s\n", hsi_cuda_built() ? "CUDA" : "CPU only");
 }
 
