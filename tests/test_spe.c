@@ -1,0 +1,271 @@
+/* test_spe.c — Princeton SPE 2.x/3.0 reader against the independent numpy
+ * reader of tests/fixtures/make_formats_fixtures.py (spe_expected.txt):
+ * dimensions, dtype, checksums, wavelengths, exposure; plus malformed files. */
+#include "test.h"
+
+#include "io/spe.h"
+
+#define FIX "tests/fixtures/formats/"
+
+typedef struct spe_expect {
+    char name[160];
+    int roi;
+    long long frames, height, width;
+    char dtype[16];
+    double sum, wsum, first, last, wl0, wlmid, wllast, exp_ms;
+} spe_expect;
+
+/* Reads spe_expected.txt; returns the number of lines (max n). */
+static int load_expect(spe_expect *e, int n)
+{
+    FILE *fp = fopen(FIX "spe_expected.txt", "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    char line[1024];
+    int k = 0;
+    while (k < n && fgets(line, sizeof line, fp)) {
+        if (line[0] == '#') continue;
+        spe_expect *x = &e[k];
+        if (sscanf(line, "%159s %d %lld %lld %lld %15s %lf %lf %lf %lf %lf %lf %lf %lf", x->name,
+                   &x->roi, &x->frames, &x->height, &x->width, x->dtype, &x->sum, &x->wsum,
+                   &x->first, &x->last, &x->wl0, &x->wlmid, &x->wllast, &x->exp_ms) == 14)
+            k++;
+    }
+    fclose(fp);
+    return k;
+}
+
+static double key_double(const hsi_meta *m, const char *key)
+{
+    const hsi_kv *kv = hsi_meta_find(m, key);
+    return kv ? strtod(kv->value, NULL) : NAN;
+}
+
+/* Parses the first, middle and last value of the "sample wavelength" key. */
+static int key_wavelengths(const hsi_meta *m, int64_t n, double out[3])
+{
+    const hsi_kv *kv = hsi_meta_find(m, "sample wavelength");
+    if (!kv) return 0;
+    const char *s = kv->value;
+    int64_t i = 0;
+    while (*s && i < n) {
+        char *end = NULL;
+        double d = strtod(s, &end);
+        if (end == s) break;
+        if (i == 0) out[0] = d;
+        if (i == n / 2) out[1] = d;
+        if (i == n - 1) out[2] = d;
+        i++;
+        s = end;
+        while (*s == ',' || *s == ' ') s++;
+    }
+    return i == n;
+}
+
+static int check_one(const spe_expect *x, const char *path)
+{
+    hsi_cube c;
+    hsi_spe_options o = {x->roi, 1};
+    hsi_status st = hsi_spe_open(&c, path, &o);
+    if (st != HSI_OK) {
+        fprintf(stderr, "\n  %s: %s\n", path, hsi_last_error());
+        CU_FAIL("open failed");
+        return 0;
+    }
+    int bad = 0;
+#define EXPECT(cond)                                                           \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "\n  %s roi %d: %s\n", x->name, x->roi, #cond);    \
+            bad++;                                                             \
+        }                                                                      \
+    } while (0)
+    EXPECT(c.view.ndim == 3);
+    EXPECT(c.view.shape[0] == x->frames && c.view.shape[1] == x->height &&
+           c.view.shape[2] == x->width);
+    EXPECT(strcmp(hsi_dtype_name(c.view.dtype), x->dtype) == 0);
+    EXPECT(c.view.buf->kind == HSI_BUF_MMAP);
+    EXPECT(strcmp(c.meta.format, "spe") == 0);
+    EXPECT(c.meta.n_bands == x->frames && c.meta.n_lines == x->height &&
+           c.meta.n_samples == x->width);
+    EXPECT(c.image_index == x->roi && c.n_images >= 1);
+    EXPECT(key_double(&c.meta, "frames") == (double)x->frames);
+    double sum = 0, wsum = 0;
+    int64_t idx[3], flat = 0;
+    for (idx[0] = 0; idx[0] < x->frames; idx[0]++)
+        for (idx[1] = 0; idx[1] < x->height; idx[1]++)
+            for (idx[2] = 0; idx[2] < x->width; idx[2]++, flat++) {
+                double v = hsi_view_get_f64(&c.view, idx);
+                sum += v;
+                wsum += v * (double)(flat % 251);
+            }
+    EXPECT(fabs(sum - x->sum) <= 1e-9 * fabs(x->sum) + 1e-9);
+    EXPECT(fabs(wsum - x->wsum) <= 1e-9 * fabs(x->wsum) + 1e-9);
+    idx[0] = idx[1] = idx[2] = 0;
+    EXPECT(hsi_view_get_f64(&c.view, idx) == x->first);
+    idx[0] = x->frames - 1, idx[1] = x->height - 1, idx[2] = x->width - 1;
+    EXPECT(hsi_view_get_f64(&c.view, idx) == x->last);
+    double wl[3] = {NAN, NAN, NAN};
+    if (isnan(x->wl0)) {
+        EXPECT(hsi_meta_find(&c.meta, "sample wavelength") == NULL);
+    } else {
+        EXPECT(key_wavelengths(&c.meta, x->width, wl));
+        EXPECT(fabs(wl[0] - x->wl0) < 1e-5 && fabs(wl[1] - x->wlmid) < 1e-5 &&
+               fabs(wl[2] - x->wllast) < 1e-5);
+    }
+    double e = key_double(&c.meta, "exposure time ms");
+    EXPECT(isnan(x->exp_ms) ? isnan(e) : fabs(e - x->exp_ms) < 1e-6);
+#undef EXPECT
+    hsi_cube_free(&c);
+    CU_ASSERT_EQUAL(bad, 0);
+    return bad == 0;
+}
+
+static void run_expect(int shared)
+{
+    spe_expect e[64];
+    int n = load_expect(e, 64), done = 0;
+    for (int k = 0; k < n; k++) {
+        int is_shared = strncmp(e[k].name, "spe/", 4) == 0;
+        if (is_shared != shared) continue;
+        char path[512];
+        if (shared) {
+            const char *p = hsi_test_shared(e[k].name);
+            if (!p) continue;
+            snprintf(path, sizeof path, "%s", p);
+        } else {
+            snprintf(path, sizeof path, FIX "%s", e[k].name);
+        }
+        done += check_one(&e[k], path);
+    }
+    /* 7 synthetic (8 ROIs); 16 real files (19 ROIs) */
+    CU_ASSERT_EQUAL(done, shared ? 19 : 8);
+}
+
+static void test_synthetic(void) { run_expect(0); }
+static void test_real_files(void) { run_expect(1); }
+
+/* Frame stride with per-frame metadata, the ROI offsets, and the metadata. */
+static void test_v3_layout(void)
+{
+    hsi_cube c;
+    hsi_spe_options o = {1, 1};
+    HSI_CHECK_OK(hsi_spe_open(&c, FIX "synth_v3_meta.spe", &o));
+    CU_ASSERT_EQUAL(c.n_images, 2);
+    CU_ASSERT_EQUAL(c.view.strides[0], 8 * 2 + 3 * 2 + 16);
+    CU_ASSERT_EQUAL(c.view.offset, 4100 + 16);
+    int64_t idx[3] = {2, 0, 1};
+    CU_ASSERT_EQUAL(hsi_view_get_f64(&c.view, idx), 1000 + 200 + 1);
+    const hsi_kv *kv = hsi_meta_find(&c.meta, "roi 1");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
+    CU_ASSERT_STRING_EQUAL(kv->value, "3, 1, x 3, y 4, binning 2, 2");
+    kv = hsi_meta_find(&c.meta, "software");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
+    CU_ASSERT_STRING_EQUAL(kv->value, "Synth 1.0");
+    hsi_cube_free(&c);
+    o.roi = 2;
+    HSI_CHECK_FAILS(hsi_spe_open(&c, FIX "synth_v3_meta.spe", &o), HSI_ERR_ARG, "has 2");
+}
+
+/* 0-based pixel numbering shifts the polynomial by one pixel. */
+static void test_pixel_base(void)
+{
+    hsi_cube c;
+    hsi_spe_options o = {0, 0};
+    HSI_CHECK_OK(hsi_spe_open(&c, FIX "synth_v2_i16.spe", &o));
+    double wl[3];
+    CU_ASSERT_FATAL(key_wavelengths(&c.meta, 5, wl));
+    HSI_ASSERT_NEAR(wl[0], 500.0, 1e-9); /* 500 + 2 p + 0.01 p^2 at p = 0 */
+    HSI_ASSERT_NEAR(wl[2], 500.0 + 8.0 + 0.16, 1e-9);
+    hsi_cube_free(&c);
+}
+
+static uint8_t *slurp(const char *path, size_t *n)
+{
+    char *t = NULL;
+    if (hsi_read_file(path, &t, n) != HSI_OK) return NULL;
+    return (uint8_t *)t;
+}
+
+static void put_u64(uint8_t *p, size_t o, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[o + (size_t)i] = (uint8_t)(v >> (8 * i));
+}
+
+static void test_malformed(void)
+{
+    size_t n2 = 0, n3 = 0;
+    uint8_t *v2 = slurp(FIX "synth_v2_i32.spe", &n2), *v3 = slurp(FIX "synth_v3_meta.spe", &n3);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v3);
+    hsi_spe_info s;
+    HSI_CHECK_OK(hsi_spe_parse(&s, v2, n2, "v2", 1));
+    hsi_spe_info_free(&s);
+    char why[512];
+    CU_ASSERT_EQUAL(hsi_spe_probe(v2, n2, why, sizeof why), 1);
+
+    /* shorter than a header */
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, v2, 4000, "short", 1), HSI_ERR_FORMAT, "4100-byte header");
+    CU_ASSERT_EQUAL(hsi_spe_probe(v2, 4000, why, sizeof why), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "size 4000"));
+    /* truncated data */
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, v2, n2 - 10, "trunc", 1), HSI_ERR_FORMAT,
+                    "room for 3 whole frames");
+    CU_ASSERT_EQUAL(hsi_spe_probe(v2, n2 - 10, why, sizeof why), 0);
+    /* lying header: more frames than the file holds */
+    uint8_t *bad = malloc(n3 > n2 ? n3 : n2);
+    memcpy(bad, v2, n2);
+    bad[1446] = 9;
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n2, "lie", 1), HSI_ERR_FORMAT, "9 frames");
+    /* unknown data type */
+    memcpy(bad, v2, n2);
+    bad[108] = 4;
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n2, "dt", 1), HSI_ERR_FORMAT, "datatype @108 = 4");
+    CU_ASSERT_EQUAL(hsi_spe_probe(bad, n2, why, sizeof why), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "datatype @108 = 4"));
+    /* zero dims */
+    memcpy(bad, v2, n2);
+    bad[42] = bad[43] = 0;
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n2, "dims", 1), HSI_ERR_FORMAT, "xdim @42 = 0");
+
+    /* 3.0: footer offset past the end, inside the header, broken XML */
+    uint64_t foot = 0;
+    for (int i = 7; i >= 0; i--) foot = (foot << 8) | v3[678 + i];
+    memcpy(bad, v3, n3);
+    put_u64(bad, 678, n3 + 100);
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n3, "past", 1), HSI_ERR_FORMAT, "past the end");
+    CU_ASSERT_EQUAL(hsi_spe_probe(bad, n3, why, sizeof why), 0);
+    put_u64(bad, 678, 100);
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n3, "inside", 1), HSI_ERR_FORMAT, "inside the");
+    memcpy(bad, v3, n3);
+    bad[n3 - 3] = '!'; /* </SpeFormat> -> </SpeFor!at> */
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n3, "xml", 1), HSI_ERR_FORMAT, "not well-formed XML");
+    /* footer moved earlier: the frames no longer fit before it */
+    memcpy(bad, v3, n3);
+    put_u64(bad, 678, foot - 40);
+    memmove(bad + foot - 40, v3 + foot, n3 - foot);
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n3 - 40, "fit", 1), HSI_ERR_FORMAT,
+                    "XML footer starts at byte");
+    /* truncated footer */
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, v3, n3 - 200, "cut", 1), HSI_ERR_FORMAT, "XML");
+    /* a region wider than its stride */
+    memcpy(bad, v3, n3);
+    char *w = strstr((char *)bad + foot, "width=\"4\"");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    w[7] = '9';
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n3, "stride", 1), HSI_ERR_FORMAT, "stride");
+    /* the same through the file API: error names the file */
+    const char *tp = hsi_test_tmp("bad.spe");
+    FILE *fp = fopen(tp, "wb");
+    fwrite(v2, 1, n2 - 10, fp);
+    fclose(fp);
+    hsi_cube c;
+    HSI_CHECK_FAILS(hsi_spe_open(&c, tp, NULL), HSI_ERR_FORMAT, "bad.spe");
+    free(bad);
+    free(v2);
+    free(v3);
+}
+
+HSI_SUITE(spe, 0, {"synthetic 2.x/3.0 files vs numpy reader", test_synthetic},
+          {"3.0 frame stride, ROI offsets, metadata", test_v3_layout},
+          {"pixel numbering base", test_pixel_base}, {"malformed files", test_malformed})
+HSI_SUITE(spe_shared, HSI_SUITE_NEEDS_SHARED, {"16 real SPE files vs numpy reader", test_real_files})
