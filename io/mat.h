@@ -1,0 +1,46 @@
+/* mat.h — MATLAB .mat reader through libmatio (v5 with or without zlib
+ * compression, v7.3 = HDF5): lists variables, picks the cube (one 3-D numeric
+ * array) or the label map (one 2-D integer array), and returns a zero-copy
+ * view over the host buffer matio fills. Not a writer. */
+#ifndef HSI_MAT_H
+#define HSI_MAT_H
+
+#include "core.h"
+#include "cube.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hsi_mat_var {
+    char name[64];
+    int rank;
+    int64_t dims[8];  /* MATLAB dims (rows, cols, ...) */
+    hsi_dtype dtype;  /* HSI_DT_INVALID when not a real numeric/logical array */
+    int is_complex;
+    int is_logical;
+} hsi_mat_var;
+
+/* 1 when the first bytes look like a MAT-file ("MATLAB 5.0"/"MATLAB 7.3" text
+ * header, or an HDF5 signature at 0 or 512). */
+int hsi_mat_probe(const void *data, size_t size);
+
+/* Lists every variable (header only, no data). *vars is malloc'd. */
+hsi_status hsi_mat_list(hsi_mat_var **vars, int *n, const char *path);
+
+/* Opens a 3-D numeric variable as a cube: MATLAB (rows, cols, bands) becomes
+ * a (band, line, sample) view with line = MATLAB row, sample = column, over
+ * the column-major buffer matio filled (no copy). var NULL = the only 3-D
+ * numeric variable (else the error lists the candidates). A named 2-D
+ * variable opens as a one-band cube. meta.format = "mat". */
+hsi_status hsi_mat_open(hsi_cube *out, const char *path, const char *var);
+
+/* Opens a 2-D variable as a (line, sample) view (line = MATLAB row). var
+ * NULL = the only 2-D integer/logical variable. *name (malloc'd, may be
+ * NULL to skip) receives the variable's name. */
+hsi_status hsi_mat_open_2d(hsi_view *out, char **name, const char *path, const char *var);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
