@@ -1,0 +1,208 @@
+/* fused.c — select -> normalise -> project in one read of the raw cube.
+ * Each worker owns a contiguous range of lines; per pixel block it loads
+ * the selected bands through the per-band affine (+L2, - PCA mean) in the
+ * input's natural orientation, multiplies by the components with one dgemm
+ * and stores float32 in the requested layout. Not the reference: that is
+ * hsi_normalize_cpu followed by hsi_pca_transform_features. */
+#include "fused.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern_internal.h"
+
+int64_t hsi_fused_n_out(const hsi_norm *norm, const hsi_pca *pca)
+{
+    return pca ? pca->n_components : norm ? norm->n_bands : 0;
+}
+
+typedef struct fused_ctx {
+    const hsi_view *cube;
+    hsi_kern_prep pp;
+    const double *W;     /* (k, nf) row-major, whitening folded in; NULL = no PCA */
+    int64_t k, nf, n_out, chunk, tile;
+    int pixel_major;
+    float *out;
+    hsi_tile_sink sink;
+    void *sink_ctx;
+    pthread_mutex_t lock;
+    hsi_progress *prog;
+    int64_t *lines_done;
+} fused_ctx;
+
+static hsi_status fused_worker(void *vc, int t, int nt)
+{
+    fused_ctx *c = vc;
+    hsi_status st = HSI_OK;
+    const hsi_view *cube = c->cube;
+    int64_t L = cube->shape[1], S = cube->shape[2], nf = c->nf, no = c->n_out, ch = c->chunk;
+    int in_bm = !hsi_kern_pixel_major_input(cube), out_pm = c->pixel_major;
+    double *blk = hsi_aligned_alloc(sizeof(double) * (size_t)(ch * nf));
+    double *scr = hsi_aligned_alloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, ch));
+    double *Y = c->W ? hsi_aligned_alloc(sizeof(double) * (size_t)(ch * c->k)) : NULL;
+    float *tilebuf = c->sink ? hsi_aligned_alloc(sizeof(float) * (size_t)(c->tile * S * no)) : NULL;
+    if (!blk || !scr || (c->W && !Y) || (c->sink && !tilebuf)) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "fused pass: cannot allocate blocks for %lld pixels x %lld bands",
+                      (long long)ch, (long long)nf);
+        goto cleanup;
+    }
+    int64_t l0, l1;
+    hsi_kern_split(L, t, nt, &l0, &l1);
+    for (int64_t tl0 = l0; tl0 < l1; tl0 += c->tile) {
+        int64_t tl1 = tl0 + c->tile < l1 ? tl0 + c->tile : l1;
+        /* destination of this tile: the tile buffer, or the output array */
+        float *dst = c->sink ? tilebuf : c->out;
+        int64_t dl0 = c->sink ? tl0 : 0, dL = c->sink ? tl1 - tl0 : L;
+        for (int64_t y = tl0; y < tl1; y++) {
+            for (int64_t s0 = 0; s0 < S; s0 += ch) {
+                int64_t np = S - s0 < ch ? S - s0 : ch;
+                int64_t ld = in_bm ? np : nf;
+                hsi_kern_load_f64(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
+                const double *R = blk; /* result: element (p, o) */
+                int64_t rs_p, rs_o;
+                if (c->W) {
+                    int k = (int)c->k;
+                    if (out_pm) { /* Y: (np, k) row-major */
+                        if (in_bm) /* blk: (nf, np); Y = blk^T W^T */
+                            cblas_dgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)np, k, (int)nf, 1.0,
+                                        blk, (int)np, c->W, (int)nf, 0.0, Y, k);
+                        else /* blk: (np, nf); Y = blk W^T */
+                            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)np, k, (int)nf, 1.0,
+                                        blk, (int)nf, c->W, (int)nf, 0.0, Y, k);
+                        rs_p = k;
+                        rs_o = 1;
+                    } else { /* Y: (k, np) row-major */
+                        if (in_bm) /* Y = W blk */
+                            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k, (int)np, (int)nf, 1.0,
+                                        c->W, (int)nf, blk, (int)np, 0.0, Y, (int)np);
+                        else /* Y = W blk^T */
+                            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, k, (int)np, (int)nf, 1.0,
+                                        c->W, (int)nf, blk, (int)nf, 0.0, Y, (int)np);
+                        rs_p = 1;
+                        rs_o = np;
+                    }
+                    R = Y;
+                } else {
+                    rs_p = in_bm ? 1 : nf;
+                    rs_o = in_bm ? np : 1;
+                }
+                int64_t yl = y - dl0;
+                if (out_pm) {
+                    float *d = dst + (yl * S + s0) * no;
+                    for (int64_t p = 0; p < np; p++)
+                        for (int64_t o = 0; o < no; o++) d[p * no + o] = (float)R[p * rs_p + o * rs_o];
+                } else {
+                    for (int64_t o = 0; o < no; o++) {
+                        float *d = dst + (o * dL + yl) * S + s0;
+                        for (int64_t p = 0; p < np; p++) d[p] = (float)R[p * rs_p + o * rs_o];
+                    }
+                }
+            }
+        }
+        hsi_kern_release_lines(cube, tl0, tl1);
+        if (c->sink) {
+            pthread_mutex_lock(&c->lock);
+            st = c->sink(c->sink_ctx, tilebuf, tl0, tl1 - tl0, no, S, out_pm);
+            pthread_mutex_unlock(&c->lock);
+            if (st != HSI_OK) goto cleanup;
+        }
+        if (c->prog) {
+            int64_t d = __atomic_add_fetch(c->lines_done, tl1 - tl0, __ATOMIC_RELAXED);
+            if (t == 0) hsi_progress_update(c->prog, d);
+        }
+    }
+cleanup:
+    hsi_aligned_free(blk);
+    hsi_aligned_free(scr);
+    hsi_aligned_free(Y);
+    hsi_aligned_free(tilebuf);
+    return st;
+}
+
+hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_in, const hsi_pca *pca,
+                         const hsi_fused_opts *opts)
+{
+    hsi_status st = HSI_OK;
+    hsi_fused_opts o0 = {0};
+    const hsi_fused_opts *o = opts ? opts : &o0;
+    fused_ctx c = {0};
+    double *W = NULL;
+    hsi_progress prog;
+    int64_t done = 0;
+    int blas_prev;
+    HSI_TRY(hsi_kern_check_cube(cube, "fused pass"));
+    const hsi_norm *norm = pca ? &pca->norm : norm_in;
+    if (!norm) {
+        st = HSI_FAIL(HSI_ERR_ARG, "fused pass: needs a normalisation map or a PCA model");
+        goto cleanup;
+    }
+    if (norm->n_cube_bands != cube->shape[0]) {
+        st = HSI_FAIL(HSI_ERR_ARG, "fused pass: the %s is for a %lld-band cube, this cube has %lld bands",
+                      pca ? "PCA model" : "normalisation", (long long)norm->n_cube_bands,
+                      (long long)cube->shape[0]);
+        goto cleanup;
+    }
+    for (int64_t j = 0; j < norm->n_bands; j++)
+        if (norm->bands[j] < 0 || norm->bands[j] >= cube->shape[0]) {
+            st = HSI_FAIL(HSI_ERR_ARG, "fused pass: band index %lld out of range", (long long)norm->bands[j]);
+            goto cleanup;
+        }
+    if (!out && !o->sink) {
+        st = HSI_FAIL(HSI_ERR_ARG, "fused pass: give an output array or a sink");
+        goto cleanup;
+    }
+    int64_t L = cube->shape[1], nf = norm->n_bands;
+    c.cube = cube;
+    c.nf = nf;
+    c.n_out = hsi_fused_n_out(norm, pca);
+    c.pp.n_bands = nf;
+    c.pp.bands = norm->bands;
+    c.pp.scale = norm->scale;
+    c.pp.center = norm->center;
+    c.pp.offset = norm->offset;
+    c.pp.fill = norm->has_ignore ? norm->fill : NULL;
+    c.pp.has_ignore = norm->has_ignore;
+    c.pp.ignore_value = norm->ignore_value;
+    c.pp.l2 = norm->l2;
+    if (pca) {
+        c.k = pca->n_components;
+        c.pp.sub = pca->mean;
+        W = malloc(sizeof(double) * (size_t)(c.k * nf));
+        if (!W) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "fused pass: out of memory");
+            goto cleanup;
+        }
+        for (int64_t r = 0; r < c.k; r++) {
+            double f = pca->whiten ? 1.0 / sqrt(pca->explained_variance[r]) : 1.0;
+            for (int64_t j = 0; j < nf; j++) W[r * nf + j] = pca->components[r * nf + j] * f;
+        }
+        c.W = W;
+    }
+    c.pixel_major = o->pixel_major;
+    c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
+    c.chunk = 65536 / (nf > 0 ? nf : 1);
+    if (c.chunk < 256) c.chunk = 256;
+    if (c.chunk > cube->shape[2]) c.chunk = cube->shape[2] > 0 ? cube->shape[2] : 1;
+    c.out = out;
+    c.sink = o->sink;
+    c.sink_ctx = o->sink_ctx;
+    pthread_mutex_init(&c.lock, NULL);
+    int nt = o->n_threads > 0 ? o->n_threads : hsi_kern_threads();
+    if (nt > L) nt = (int)(L > 0 ? L : 1);
+    if (o->progress_label) {
+        hsi_progress_begin(&prog, o->progress_label, L);
+        c.prog = &prog;
+        c.lines_done = &done;
+    }
+    blas_prev = hsi_kern_blas_single_begin();
+    st = hsi_kern_parallel(nt, fused_worker, &c);
+    hsi_kern_blas_single_end(blas_prev);
+    if (c.prog) hsi_progress_end(c.prog);
+    pthread_mutex_destroy(&c.lock);
+cleanup:
+    free(W);
+    return st;
+}

@@ -1,0 +1,283 @@
+/* kern_common.c — shared machinery of the CPU kernels: static pthread
+ * partition, the prep block loader over any strided cube, mmap page release
+ * and mask packing. Not a kernel itself; see kern_internal.h. */
+#define _GNU_SOURCE
+#include "kern_internal.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+int hsi_kern_threads(void)
+{
+    const char *e = getenv("HSI_THREADS");
+    long n = 0;
+    if (e && *e) n = strtol(e, NULL, 10);
+    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 0) n = 1;
+    if (n > 64) n = 64;
+    return (int)n;
+}
+
+int hsi_kern_blas_single_begin(void)
+{
+    int prev = openblas_get_num_threads();
+    if (prev != 1) openblas_set_num_threads(1);
+    return prev;
+}
+
+void hsi_kern_blas_single_end(int previous)
+{
+    if (previous > 1) openblas_set_num_threads(previous);
+}
+
+typedef struct par_arg {
+    hsi_status (*fn)(void *, int, int);
+    void *ctx;
+    int t, n;
+    hsi_status st;
+    char msg[512];
+} par_arg;
+
+static void *par_main(void *p)
+{
+    par_arg *a = p;
+    a->st = a->fn(a->ctx, a->t, a->n);
+    if (a->st != HSI_OK) snprintf(a->msg, sizeof a->msg, "%s", hsi_last_error());
+    return NULL;
+}
+
+hsi_status hsi_kern_parallel(int n, hsi_status (*fn)(void *ctx, int t, int n), void *ctx)
+{
+    if (n <= 1) return fn(ctx, 0, 1);
+    par_arg args[64];
+    pthread_t tids[64];
+    int started[64] = {0};
+    if (n > 64) n = 64;
+    for (int t = 0; t < n; t++) {
+        args[t] = (par_arg){fn, ctx, t, n, HSI_OK, {0}};
+        if (t > 0) started[t] = pthread_create(&tids[t], NULL, par_main, &args[t]) == 0;
+    }
+    for (int t = 1; t < n; t++)
+        if (!started[t]) par_main(&args[t]); /* could not start: run inline */
+    par_main(&args[0]);
+    for (int t = 1; t < n; t++)
+        if (started[t]) pthread_join(tids[t], NULL);
+    for (int t = 0; t < n; t++)
+        if (args[t].st != HSI_OK) return hsi_fail(args[t].st, "%s", args[t].msg);
+    return HSI_OK;
+}
+
+void hsi_kern_split(int64_t n_lines, int t, int n, int64_t *l0, int64_t *l1)
+{
+    *l0 = n_lines * t / n;
+    *l1 = n_lines * (t + 1) / n;
+}
+
+static int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
+
+int hsi_kern_pixel_major_input(const hsi_view *cube)
+{
+    return iabs64(cube->strides[0]) < iabs64(cube->strides[2]);
+}
+
+int64_t hsi_kern_scratch_len(const hsi_view *cube, int64_t n_pix)
+{
+    return n_pix * (cube->shape[0] + 2) + 64;
+}
+
+/* y = scale*(raw - center) + offset with ignore/NaN fill, in place. */
+static inline double prep_one(double x, const hsi_kern_prep *pp, int64_t j)
+{
+    if (pp->fill && (x != x || (pp->has_ignore && x == pp->ignore_value))) x = pp->fill[j];
+    double c = pp->center ? pp->center[j] : 0.0;
+    double s = pp->scale ? pp->scale[j] : 1.0;
+    double o = pp->offset ? pp->offset[j] : 0.0;
+    return s * (x - c) + o;
+}
+
+static void prep_row(double *row, int64_t n, const hsi_kern_prep *pp, int64_t j)
+{
+    if (pp->fill) {
+        double f = pp->fill[j];
+        if (pp->has_ignore) {
+            double ig = pp->ignore_value;
+            for (int64_t p = 0; p < n; p++)
+                if (row[p] != row[p] || row[p] == ig) row[p] = f;
+        } else {
+            for (int64_t p = 0; p < n; p++)
+                if (row[p] != row[p]) row[p] = f;
+        }
+    }
+    if (pp->scale || pp->center || pp->offset) {
+        double c = pp->center ? pp->center[j] : 0.0;
+        double s = pp->scale ? pp->scale[j] : 1.0;
+        double o = pp->offset ? pp->offset[j] : 0.0;
+        for (int64_t p = 0; p < n; p++) row[p] = s * (row[p] - c) + o;
+    }
+}
+
+void hsi_kern_load_f64(double *dst, int64_t ld, int band_major, const hsi_view *cube,
+                       const hsi_kern_prep *pp, int64_t line, int64_t s0, int64_t n_pix,
+                       double *scratch)
+{
+    const uint8_t *base = (const uint8_t *)cube->buf->data + cube->offset +
+                          line * cube->strides[1] + s0 * cube->strides[2];
+    int64_t sb = cube->strides[0], ss = cube->strides[2];
+    int64_t nb = pp->n_bands, nbc = cube->shape[0];
+    double *norms = scratch + n_pix * nbc;
+    if (!hsi_kern_pixel_major_input(cube)) {
+        /* rows of samples: one strided load per selected band */
+        for (int64_t j = 0; j < nb; j++) {
+            int64_t b = pp->bands ? pp->bands[j] : j;
+            double *row = band_major ? dst + j * ld : scratch;
+            hsi_load_f64(row, base + b * sb, ss, cube->dtype, cube->swapped, n_pix);
+            prep_row(row, n_pix, pp, j);
+            if (!band_major)
+                for (int64_t p = 0; p < n_pix; p++) dst[p * ld + j] = row[p];
+        }
+    } else {
+        /* whole spectra: one load per pixel (or one for the block) */
+        int contiguous_all = ss == sb * nbc;
+        if (contiguous_all) hsi_load_f64(scratch, base, sb, cube->dtype, cube->swapped, n_pix * nbc);
+        for (int64_t p = 0; p < n_pix; p++) {
+            const double *spec = scratch + p * nbc;
+            if (!contiguous_all) {
+                hsi_load_f64(scratch, base + p * ss, sb, cube->dtype, cube->swapped, nbc);
+                spec = scratch;
+            }
+            if (band_major) {
+                for (int64_t j = 0; j < nb; j++)
+                    dst[j * ld + p] = prep_one(spec[pp->bands ? pp->bands[j] : j], pp, j);
+            } else {
+                double *o = dst + p * ld;
+                for (int64_t j = 0; j < nb; j++) o[j] = prep_one(spec[pp->bands ? pp->bands[j] : j], pp, j);
+            }
+        }
+    }
+    if (pp->l2) {
+        if (band_major) {
+            for (int64_t p = 0; p < n_pix; p++) norms[p] = 0;
+            for (int64_t j = 0; j < nb; j++)
+                for (int64_t p = 0; p < n_pix; p++) norms[p] += dst[j * ld + p] * dst[j * ld + p];
+            for (int64_t p = 0; p < n_pix; p++) norms[p] = norms[p] > 0 ? 1.0 / sqrt(norms[p]) : 0.0;
+            for (int64_t j = 0; j < nb; j++)
+                for (int64_t p = 0; p < n_pix; p++) dst[j * ld + p] *= norms[p];
+        } else {
+            for (int64_t p = 0; p < n_pix; p++) {
+                double *o = dst + p * ld, s = 0;
+                for (int64_t j = 0; j < nb; j++) s += o[j] * o[j];
+                s = s > 0 ? 1.0 / sqrt(s) : 0.0;
+                for (int64_t j = 0; j < nb; j++) o[j] *= s;
+            }
+        }
+    }
+    if (pp->sub) {
+        if (band_major) {
+            for (int64_t j = 0; j < nb; j++) {
+                double m = pp->sub[j];
+                for (int64_t p = 0; p < n_pix; p++) dst[j * ld + p] -= m;
+            }
+        } else {
+            for (int64_t p = 0; p < n_pix; p++)
+                for (int64_t j = 0; j < nb; j++) dst[p * ld + j] -= pp->sub[j];
+        }
+    }
+}
+
+void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1)
+{
+    if (!cube->buf || cube->buf->kind != HSI_BUF_MMAP || l1 <= l0 || !cube->buf->data) return;
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t data = (uintptr_t)cube->buf->data, end_buf = data + cube->buf->size;
+    int64_t esz = (int64_t)hsi_dtype_size(cube->dtype);
+    int64_t span_b = iabs64(cube->strides[0]) * (cube->shape[0] - 1);
+    int64_t span_s = iabs64(cube->strides[2]) * (cube->shape[2] - 1);
+    int64_t span_inner = span_b + span_s + esz;
+    int per_band = iabs64(cube->strides[1]) < span_inner && cube->shape[0] > 1;
+    int64_t nreg = per_band ? cube->shape[0] : 1;
+    for (int64_t b = 0; b < nreg; b++) {
+        /* byte range of lines l0..l1-1 (of band b, or of all bands) */
+        int64_t lo = cube->offset, hi = cube->offset;
+        int64_t idx_l[2] = {l0, l1 - 1};
+        for (int k = 0; k < 2; k++) {
+            int64_t o = cube->offset + idx_l[k] * cube->strides[1];
+            if (per_band) {
+                o += b * cube->strides[0];
+                int64_t a = o, z = o + (cube->strides[2] < 0 ? -span_s : span_s);
+                int64_t mn = a < z ? a : z, mx = a < z ? z : a;
+                if (k == 0) { lo = mn; hi = mx; }
+                if (mn < lo) lo = mn;
+                if (mx > hi) hi = mx;
+            } else {
+                int64_t mn = o, mx = o;
+                if (cube->strides[0] < 0) mn -= span_b; else mx += span_b;
+                if (cube->strides[2] < 0) mn -= span_s; else mx += span_s;
+                if (k == 0) { lo = mn; hi = mx; }
+                if (mn < lo) lo = mn;
+                if (mx > hi) hi = mx;
+            }
+        }
+        uintptr_t a = (data + (uintptr_t)lo) & ~(uintptr_t)(pg - 1);
+        uintptr_t z = data + (uintptr_t)hi + (uintptr_t)esz;
+        if (z > end_buf) z = end_buf;
+        if (z > a) madvise((void *)a, z - a, MADV_DONTNEED);
+    }
+}
+
+hsi_status hsi_kern_mask_pack(uint8_t **out, const hsi_view *mask, int64_t n_lines,
+                              int64_t n_samples)
+{
+    hsi_status st = HSI_OK;
+    uint8_t *m = NULL;
+    float *row = NULL;
+    *out = NULL;
+    if (!mask) return HSI_OK;
+    if (mask->ndim != 2 || mask->shape[0] != n_lines || mask->shape[1] != n_samples) {
+        st = HSI_FAIL(HSI_ERR_ARG, "mask: expected a (%lld lines, %lld samples) view, found %d dims (%lld, %lld)",
+                      (long long)n_lines, (long long)n_samples, mask->ndim,
+                      (long long)mask->shape[0], (long long)(mask->ndim > 1 ? mask->shape[1] : 0));
+        goto cleanup;
+    }
+    if (hsi_dtype_is_complex(mask->dtype) || !mask->buf || mask->buf->kind == HSI_BUF_DEVICE) {
+        st = HSI_FAIL(HSI_ERR_UNSUPPORTED, "mask: expected a real host view, found %s",
+                      hsi_dtype_name(mask->dtype));
+        goto cleanup;
+    }
+    m = malloc((size_t)(n_lines * n_samples) + 1);
+    row = malloc(sizeof(float) * (size_t)(n_samples + 1));
+    if (!m || !row) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "mask: cannot allocate %lld bytes", (long long)(n_lines * n_samples));
+        goto cleanup;
+    }
+    for (int64_t y = 0; y < n_lines; y++) {
+        const uint8_t *src = (const uint8_t *)mask->buf->data + mask->offset + y * mask->strides[0];
+        hsi_load_f32(row, src, mask->strides[1], mask->dtype, mask->swapped, n_samples);
+        for (int64_t x = 0; x < n_samples; x++) m[y * n_samples + x] = row[x] != 0.0f;
+    }
+    *out = m;
+    m = NULL;
+cleanup:
+    free(m);
+    free(row);
+    return st;
+}
+
+hsi_status hsi_kern_check_cube(const hsi_view *v, const char *what)
+{
+    if (!v || !v->buf) return HSI_FAIL(HSI_ERR_ARG, "%s: no cube view given", what);
+    if (v->ndim != 3)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: expected a (band, line, sample) view with 3 dims, found %d",
+                        what, v->ndim);
+    if (v->buf->kind == HSI_BUF_DEVICE)
+        return HSI_FAIL(HSI_ERR_UNSUPPORTED, "%s: the CPU kernel needs a host view (this one is on a device)", what);
+    if (hsi_dtype_is_complex(v->dtype) || hsi_dtype_size(v->dtype) == 0)
+        return HSI_FAIL(HSI_ERR_UNSUPPORTED, "%s: expected a real dtype, found %s", what,
+                        hsi_dtype_name(v->dtype));
+    return HSI_OK;
+}

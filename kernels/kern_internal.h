@@ -1,0 +1,81 @@
+/* kern_internal.h — what the CPU kernels share internally: a static
+ * pthread partition, the "prep" block loader (band subset + per-band affine
+ * + optional per-pixel L2 on any strided cube) and mmap page release.
+ * Not a public header: only the kernels/ sources include it. */
+#ifndef HSI_KERN_INTERNAL_H
+#define HSI_KERN_INTERNAL_H
+
+#include <stdint.h>
+
+#include "io/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Threads our kernels use (HSI_THREADS, else online CPUs, capped at 64).
+ * Our worker threads never call BLAS; BLAS calls happen on the calling
+ * thread and use OpenBLAS's own pthread pool. */
+int hsi_kern_threads(void);
+
+/* Runs fn(ctx, t, n) on n threads (t = 0..n-1; t = 0 on the caller) and
+ * returns the first non-OK status (its message is copied to the caller's
+ * thread-local error). */
+hsi_status hsi_kern_parallel(int n, hsi_status (*fn)(void *ctx, int t, int n), void *ctx);
+
+/* For the length of a pass whose workers call BLAS: OpenBLAS to one
+ * thread (returns the previous count), then back. Never nested pools. */
+int hsi_kern_blas_single_begin(void);
+void hsi_kern_blas_single_end(int previous);
+
+/* Lines [*l0, *l1) of n_lines that thread t of n owns (static, contiguous:
+ * results do not depend on scheduling). */
+void hsi_kern_split(int64_t n_lines, int t, int n, int64_t *l0, int64_t *l1);
+
+/* How a block of pixels is turned into floats:
+ *   y[j] = scale[j] * (raw(bands[j]) - center[j]) + offset[j]
+ * raw equal to the ignore value (or NaN) is replaced by fill[j] first;
+ * if l2, y is then divided by its Euclidean norm over j (0 stays 0);
+ * then sub[j] is subtracted (PCA mean). NULL arrays mean identity
+ * (scale 1, center 0, offset 0, sub 0, no fill). bands NULL = all. */
+typedef struct hsi_kern_prep {
+    int64_t n_bands;       /* number of selected bands */
+    const int64_t *bands;  /* (n_bands) indices into the cube's band axis */
+    const double *scale;   /* (n_bands) */
+    const double *center;  /* (n_bands) */
+    const double *offset;  /* (n_bands) */
+    const double *sub;     /* (n_bands) */
+    const double *fill;    /* (n_bands) value that replaces ignored raws */
+    int has_ignore;
+    double ignore_value;
+    int l2;
+} hsi_kern_prep;
+
+/* Loads pixels (line, s0 .. s0+n_pix-1) of cube (band, line, sample) through
+ * prep into dst. band_major: dst is (n_bands, ld) row-major, pixel p of band
+ * j at dst[j*ld + p]; else dst is (n_pix, ld), dst[p*ld + j]. scratch must
+ * hold hsi_kern_scratch_len(cube, n_pix) doubles. */
+void hsi_kern_load_f64(double *dst, int64_t ld, int band_major, const hsi_view *cube,
+                       const hsi_kern_prep *prep, int64_t line, int64_t s0, int64_t n_pix,
+                       double *scratch);
+int64_t hsi_kern_scratch_len(const hsi_view *cube, int64_t n_pix);
+/* 1 when the band axis has the smallest |stride| (BIP-like): loaders read
+ * whole spectra then; else they read rows of samples. */
+int hsi_kern_pixel_major_input(const hsi_view *cube);
+
+/* Releases the mmap pages under lines [l0, l1) of cube (no-op for other
+ * buffers): keeps the resident set bounded when streaming a mapped file. */
+void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1);
+
+/* Packs a (lines, samples) mask view of any real dtype into n bytes (1 =
+ * selected, nonzero in the mask). */
+hsi_status hsi_kern_mask_pack(uint8_t **out, const hsi_view *mask, int64_t n_lines,
+                              int64_t n_samples);
+
+/* Checks that v is a host-visible (band, line, sample) real cube. */
+hsi_status hsi_kern_check_cube(const hsi_view *v, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,574 @@
+/* pca.c — PCA on the CPU: covariance by dsyrk over shifted pixel blocks
+ * (per thread, BLAS single-threaded inside our workers), eigenpairs by
+ * LAPACKE_dsyevr, component choice, sign rule, model file, reference
+ * transforms. The fast cube transform is in fused.c. */
+#include "pca.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern_internal.h"
+
+void hsi_pca_free(hsi_pca *p)
+{
+    if (!p) return;
+    hsi_norm_free(&p->norm);
+    free(p->mean);
+    free(p->components);
+    free(p->explained_variance);
+    free(p->explained_variance_ratio);
+    memset(p, 0, sizeof *p);
+}
+
+/* ------------------------------------------------------------ covariance */
+
+typedef struct cov_ctx {
+    const hsi_view *cube;
+    hsi_kern_prep pp;     /* norm + sub = shift */
+    const uint8_t *mask;
+    int64_t chunk, tile;
+    double *S;            /* (n_threads, nf, nf) upper triangles */
+    double *s;            /* (n_threads, nf) */
+    int64_t *n;           /* (n_threads) */
+    hsi_progress *prog;
+    int64_t *lines_done;
+} cov_ctx;
+
+static hsi_status cov_worker(void *vc, int t, int nt)
+{
+    cov_ctx *c = vc;
+    const hsi_view *cube = c->cube;
+    int64_t nf = c->pp.n_bands, L = cube->shape[1], S = cube->shape[2], ch = c->chunk;
+    double *blk = hsi_aligned_alloc(sizeof(double) * (size_t)(ch * nf));
+    double *scr = hsi_aligned_alloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, ch));
+    if (!blk || !scr) {
+        hsi_aligned_free(blk);
+        hsi_aligned_free(scr);
+        return HSI_FAIL(HSI_ERR_NOMEM, "covariance: cannot allocate a %lld x %lld block", (long long)ch,
+                        (long long)nf);
+    }
+    double *Sm = c->S + (int64_t)t * nf * nf, *sv = c->s + t * nf;
+    int64_t l0, l1, fill = 0, tl0;
+    hsi_kern_split(L, t, nt, &l0, &l1);
+    tl0 = l0;
+    for (int64_t y = l0; y < l1; y++) {
+        for (int64_t s0 = 0; s0 < S;) {
+            int64_t np = S - s0 < ch - fill ? S - s0 : ch - fill;
+            double *dst = blk + fill * nf;
+            hsi_kern_load_f64(dst, nf, 0, cube, &c->pp, y, s0, np, scr);
+            if (c->mask) { /* keep the selected pixels only */
+                const uint8_t *mk = c->mask + y * S + s0;
+                int64_t k = 0;
+                for (int64_t p = 0; p < np; p++)
+                    if (mk[p]) {
+                        if (k != p) memmove(dst + k * nf, dst + p * nf, sizeof(double) * (size_t)nf);
+                        k++;
+                    }
+                fill += k;
+            } else {
+                fill += np;
+            }
+            s0 += np;
+            int last = y + 1 == l1 && s0 >= S;
+            if (fill == ch || (last && fill > 0)) {
+                /* blk: (fill, nf) row-major; S += blk^T blk (upper), s += column sums */
+                cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)nf, (int)fill, 1.0, blk,
+                            (int)nf, 1.0, Sm, (int)nf);
+                for (int64_t p = 0; p < fill; p++)
+                    for (int64_t j = 0; j < nf; j++) sv[j] += blk[p * nf + j];
+                c->n[t] += fill;
+                fill = 0;
+            }
+        }
+        if ((y + 1 - tl0) == c->tile || y + 1 == l1) {
+            hsi_kern_release_lines(cube, tl0, y + 1);
+            if (c->prog) {
+                int64_t d = __atomic_add_fetch(c->lines_done, y + 1 - tl0, __ATOMIC_RELAXED);
+                if (t == 0) hsi_progress_update(c->prog, d);
+            }
+            tl0 = y + 1;
+        }
+    }
+    hsi_aligned_free(blk);
+    hsi_aligned_free(scr);
+    return HSI_OK;
+}
+
+static hsi_status check_norm(const hsi_view *cube, const hsi_norm *norm, const char *what)
+{
+    if (norm->n_cube_bands != cube->shape[0])
+        return HSI_FAIL(HSI_ERR_ARG, "%s: the band map is for %lld bands, the cube has %lld", what,
+                        (long long)norm->n_cube_bands, (long long)cube->shape[0]);
+    for (int64_t j = 0; j < norm->n_bands; j++)
+        if (norm->bands[j] < 0 || norm->bands[j] >= cube->shape[0])
+            return HSI_FAIL(HSI_ERR_ARG, "%s: band index %lld out of range", what, (long long)norm->bands[j]);
+    return HSI_OK;
+}
+
+static void prep_from_norm(hsi_kern_prep *pp, const hsi_norm *n)
+{
+    memset(pp, 0, sizeof *pp);
+    pp->n_bands = n->n_bands;
+    pp->bands = n->bands;
+    pp->scale = n->scale;
+    pp->center = n->center;
+    pp->offset = n->offset;
+    pp->fill = n->has_ignore ? n->fill : NULL;
+    pp->has_ignore = n->has_ignore;
+    pp->ignore_value = n->ignore_value;
+    pp->l2 = n->l2;
+}
+
+hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_view *cube,
+                          const hsi_norm *norm_in, const hsi_pca_opts *opts)
+{
+    hsi_status st = HSI_OK;
+    hsi_pca_opts o0 = {0};
+    const hsi_pca_opts *o = opts ? opts : &o0;
+    hsi_norm idn = {0};
+    const hsi_norm *norm = norm_in;
+    uint8_t *mask = NULL;
+    double *shift = NULL, *scr = NULL;
+    cov_ctx c = {0};
+    hsi_progress prog;
+    int64_t done = 0;
+    int blas_prev = -1;
+    HSI_TRY(hsi_kern_check_cube(cube, "covariance"));
+    int64_t L = cube->shape[1], S = cube->shape[2];
+    if (!norm) {
+        HSI_TRY(hsi_norm_identity(&idn, cube->shape[0]));
+        norm = &idn;
+    }
+    HSI_TRY(check_norm(cube, norm, "covariance"));
+    int64_t nf = norm->n_bands;
+    HSI_TRY(hsi_kern_mask_pack(&mask, o->mask, L, S));
+    /* shift = features of the first selected pixel: keeps the one-pass
+     * sums well conditioned (|mean - shift| ~ one std) */
+    int64_t first = -1;
+    for (int64_t i = 0; i < L * S && first < 0; i++)
+        if (!mask || mask[i]) first = i;
+    if (first < 0) {
+        st = HSI_FAIL(HSI_ERR_ARG, "covariance: the mask selects no pixel");
+        goto cleanup;
+    }
+    shift = calloc((size_t)nf + 1, sizeof(double));
+    scr = malloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, 1));
+    if (!shift || !scr) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: out of memory");
+        goto cleanup;
+    }
+    prep_from_norm(&c.pp, norm);
+    hsi_kern_load_f64(shift, nf, 0, cube, &c.pp, first / S, first % S, 1, scr);
+    c.pp.sub = shift;
+    c.cube = cube;
+    c.mask = mask;
+    c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
+    c.chunk = 65536 / (nf > 0 ? nf : 1);
+    if (c.chunk < 256) c.chunk = 256;
+    int nt = o->n_threads > 0 ? o->n_threads : hsi_kern_threads();
+    if (nt > L) nt = (int)(L > 0 ? L : 1);
+    c.S = calloc((size_t)(nt * nf * nf), sizeof(double));
+    c.s = calloc((size_t)(nt * nf), sizeof(double));
+    c.n = calloc((size_t)nt, sizeof(int64_t));
+    if (!c.S || !c.s || !c.n) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: out of memory for %d x %lld^2 partials", nt, (long long)nf);
+        goto cleanup;
+    }
+    if (o->progress_label) {
+        hsi_progress_begin(&prog, o->progress_label, L);
+        c.prog = &prog;
+        c.lines_done = &done;
+    }
+    blas_prev = hsi_kern_blas_single_begin();
+    st = hsi_kern_parallel(nt, cov_worker, &c);
+    hsi_kern_blas_single_end(blas_prev);
+    if (c.prog) hsi_progress_end(c.prog);
+    if (st != HSI_OK) goto cleanup;
+    int64_t n = 0;
+    for (int t = 0; t < nt; t++) n += c.n[t];
+    if (n < 2) {
+        st = HSI_FAIL(HSI_ERR_NUMERIC, "covariance: needs at least 2 pixels, found %lld", (long long)n);
+        goto cleanup;
+    }
+    for (int t = 1; t < nt; t++) {
+        for (int64_t i = 0; i < nf * nf; i++) c.S[i] += c.S[t * nf * nf + i];
+        for (int64_t j = 0; j < nf; j++) c.s[j] += c.s[t * nf + j];
+    }
+    /* cov = (S - s s^T / n) / (n - 1), mean = shift + s / n */
+    for (int64_t i = 0; i < nf; i++) {
+        mean[i] = shift[i] + c.s[i] / (double)n;
+        for (int64_t j = i; j < nf; j++) {
+            double v = (c.S[i * nf + j] - c.s[i] * c.s[j] / (double)n) / (double)(n - 1);
+            cov[i * nf + j] = v;
+            cov[j * nf + i] = v;
+        }
+    }
+    if (n_used) *n_used = n;
+cleanup:
+    free(c.S);
+    free(c.s);
+    free(c.n);
+    free(shift);
+    free(scr);
+    free(mask);
+    hsi_norm_free(&idn);
+    return st;
+}
+
+/* ------------------------------------------------------------------- fit */
+
+hsi_status hsi_pca_fit_cov(hsi_pca *out, const double *mean, const double *cov, int64_t n_samples,
+                           const hsi_norm *norm, const hsi_pca_opts *opts)
+{
+    hsi_status st = HSI_OK;
+    hsi_pca_opts o0 = {0};
+    const hsi_pca_opts *o = opts ? opts : &o0;
+    int64_t nf = norm->n_bands;
+    double *a = NULL, *w = NULL, *z = NULL;
+    lapack_int *isuppz = NULL;
+    memset(out, 0, sizeof *out);
+    if (o->n_components < 0 || o->n_components > nf)
+        return HSI_FAIL(HSI_ERR_ARG, "pca: n_components must be in 1..%lld, found %lld", (long long)nf,
+                        (long long)o->n_components);
+    if (o->n_components == 0 && !(o->variance_fraction >= 0 && o->variance_fraction <= 1))
+        return HSI_FAIL(HSI_ERR_ARG, "pca: variance fraction must be in (0, 1], found %g", o->variance_fraction);
+    a = malloc(sizeof(double) * (size_t)(nf * nf));
+    w = malloc(sizeof(double) * (size_t)nf);
+    z = malloc(sizeof(double) * (size_t)(nf * nf));
+    isuppz = malloc(sizeof(lapack_int) * (size_t)(2 * nf));
+    if (!a || !w || !z || !isuppz) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "pca: out of memory for a %lld^2 eigen problem", (long long)nf);
+        goto cleanup;
+    }
+    memcpy(a, cov, sizeof(double) * (size_t)(nf * nf));
+    lapack_int m = 0;
+    /* a: (nf, nf) row-major symmetric (upper used); w ascending; z: (nf, nf)
+     * row-major, column i = eigenvector of w[i] */
+    lapack_int info = LAPACKE_dsyevr(LAPACK_ROW_MAJOR, 'V', 'A', 'U', (lapack_int)nf, a, (lapack_int)nf,
+                                     0, 0, 0, 0, 0.0, &m, w, z, (lapack_int)nf, isuppz);
+    if (info != 0 || m != nf) {
+        st = HSI_FAIL(HSI_ERR_NUMERIC, "pca: LAPACKE_dsyevr failed (info %d, %d of %lld eigenvalues)",
+                      (int)info, (int)m, (long long)nf);
+        goto cleanup;
+    }
+    double total = 0;
+    for (int64_t i = 0; i < nf; i++) total += cov[i * nf + i];
+    int64_t k = o->n_components;
+    if (k == 0) {
+        double f = o->variance_fraction > 0 ? o->variance_fraction : 1.0, cum = 0;
+        k = nf;
+        for (int64_t i = 0; i < nf; i++) {
+            double ev = w[nf - 1 - i] > 0 ? w[nf - 1 - i] : 0;
+            cum += total > 0 ? ev / total : 0;
+            if (cum > f || (f >= 1.0 && i == nf - 1)) {
+                k = i + 1;
+                break;
+            }
+        }
+    }
+    HSI_TRY(hsi_norm_copy(&out->norm, norm));
+    out->n_features = nf;
+    out->n_components = k;
+    out->n_samples = n_samples;
+    out->whiten = o->whiten;
+    out->total_variance = total;
+    out->mean = malloc(sizeof(double) * (size_t)nf);
+    out->components = malloc(sizeof(double) * (size_t)(k * nf));
+    out->explained_variance = malloc(sizeof(double) * (size_t)k);
+    out->explained_variance_ratio = malloc(sizeof(double) * (size_t)k);
+    if (!out->mean || !out->components || !out->explained_variance || !out->explained_variance_ratio) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "pca: out of memory");
+        goto cleanup;
+    }
+    memcpy(out->mean, mean, sizeof(double) * (size_t)nf);
+    for (int64_t c = 0; c < k; c++) {
+        int64_t col = nf - 1 - c;
+        double ev = w[col] > 0 ? w[col] : 0;
+        out->explained_variance[c] = ev;
+        out->explained_variance_ratio[c] = total > 0 ? ev / total : 0;
+        double *v = out->components + c * nf, big = -1;
+        int64_t arg = 0;
+        for (int64_t j = 0; j < nf; j++) {
+            v[j] = z[j * nf + col];
+            if (fabs(v[j]) > big) {
+                big = fabs(v[j]);
+                arg = j;
+            }
+        }
+        if (v[arg] < 0)
+            for (int64_t j = 0; j < nf; j++) v[j] = -v[j];
+    }
+    if (o->whiten)
+        for (int64_t c = 0; c < k; c++)
+            if (!(out->explained_variance[c] > 0)) {
+                st = HSI_FAIL(HSI_ERR_NUMERIC, "pca: cannot whiten component %lld: its variance is 0",
+                              (long long)c + 1);
+                goto cleanup;
+            }
+cleanup:
+    if (st != HSI_OK) hsi_pca_free(out);
+    free(a);
+    free(w);
+    free(z);
+    free(isuppz);
+    return st;
+}
+
+hsi_status hsi_pca_fit(hsi_pca *out, const hsi_view *cube, const hsi_norm *norm_in,
+                       const hsi_pca_opts *opts)
+{
+    hsi_status st = HSI_OK;
+    hsi_norm idn = {0};
+    const hsi_norm *norm = norm_in;
+    double *mean = NULL, *cov = NULL;
+    int64_t n = 0;
+    memset(out, 0, sizeof *out);
+    HSI_TRY(hsi_kern_check_cube(cube, "pca fit"));
+    if (!norm) {
+        HSI_TRY(hsi_norm_identity(&idn, cube->shape[0]));
+        norm = &idn;
+    }
+    mean = malloc(sizeof(double) * (size_t)norm->n_bands);
+    cov = malloc(sizeof(double) * (size_t)(norm->n_bands * norm->n_bands));
+    if (!mean || !cov) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "pca fit: out of memory for %lld features", (long long)norm->n_bands);
+        goto cleanup;
+    }
+    HSI_TRY(hsi_covariance(mean, cov, &n, cube, norm, opts));
+    HSI_TRY(hsi_pca_fit_cov(out, mean, cov, n, norm, opts));
+cleanup:
+    free(mean);
+    free(cov);
+    hsi_norm_free(&idn);
+    return st;
+}
+
+/* ---------------------------------------------------- reference transforms */
+
+static hsi_status check_f32_out(const hsi_view *v, int64_t a, int64_t L, int64_t S, const char *what)
+{
+    if (!v || v->ndim != 3 || v->dtype != HSI_F32 || v->swapped || v->shape[0] != a || v->shape[1] != L ||
+        v->shape[2] != S)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: output must be a native float32 (%lld, %lld, %lld) view", what,
+                        (long long)a, (long long)L, (long long)S);
+    return HSI_OK;
+}
+
+hsi_status hsi_pca_transform_features(hsi_view *scores, const hsi_view *features, const hsi_pca *p)
+{
+    hsi_status st = HSI_OK;
+    double *x = NULL;
+    HSI_TRY(hsi_kern_check_cube(features, "pca transform"));
+    int64_t nf = p->n_features, k = p->n_components, L = features->shape[1], S = features->shape[2];
+    if (features->shape[0] != nf) {
+        st = HSI_FAIL(HSI_ERR_ARG, "pca transform: the model has %lld features, the input %lld bands",
+                      (long long)nf, (long long)features->shape[0]);
+        goto cleanup;
+    }
+    HSI_TRY(check_f32_out(scores, k, L, S, "pca transform"));
+    x = malloc(sizeof(double) * (size_t)nf);
+    if (!x) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "pca transform: out of memory");
+        goto cleanup;
+    }
+    for (int64_t y = 0; y < L; y++)
+        for (int64_t s = 0; s < S; s++) {
+            for (int64_t j = 0; j < nf; j++) {
+                int64_t idx[3] = {j, y, s};
+                x[j] = hsi_view_get_f64(features, idx) - p->mean[j];
+            }
+            for (int64_t c = 0; c < k; c++) {
+                double acc = 0;
+                for (int64_t j = 0; j < nf; j++) acc += x[j] * p->components[c * nf + j];
+                if (p->whiten) acc /= sqrt(p->explained_variance[c]);
+                float v = (float)acc;
+                memcpy((uint8_t *)scores->buf->data + scores->offset + c * scores->strides[0] +
+                           y * scores->strides[1] + s * scores->strides[2],
+                       &v, 4);
+            }
+        }
+cleanup:
+    free(x);
+    return st;
+}
+
+hsi_status hsi_pca_inverse(hsi_view *features, const hsi_view *scores, const hsi_pca *p)
+{
+    hsi_status st = HSI_OK;
+    double *z = NULL;
+    HSI_TRY(hsi_kern_check_cube(scores, "pca inverse"));
+    int64_t nf = p->n_features, k = scores->shape[0], L = scores->shape[1], S = scores->shape[2];
+    if (k > p->n_components) {
+        st = HSI_FAIL(HSI_ERR_ARG, "pca inverse: %lld score bands but the model has %lld components",
+                      (long long)k, (long long)p->n_components);
+        goto cleanup;
+    }
+    HSI_TRY(check_f32_out(features, nf, L, S, "pca inverse"));
+    z = malloc(sizeof(double) * (size_t)(k + 1));
+    if (!z) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "pca inverse: out of memory");
+        goto cleanup;
+    }
+    for (int64_t y = 0; y < L; y++)
+        for (int64_t s = 0; s < S; s++) {
+            for (int64_t c = 0; c < k; c++) {
+                int64_t idx[3] = {c, y, s};
+                z[c] = hsi_view_get_f64(scores, idx);
+                if (p->whiten) z[c] *= sqrt(p->explained_variance[c]);
+            }
+            for (int64_t j = 0; j < nf; j++) {
+                double acc = p->mean[j];
+                for (int64_t c = 0; c < k; c++) acc += z[c] * p->components[c * nf + j];
+                float v = (float)acc;
+                memcpy((uint8_t *)features->buf->data + features->offset + j * features->strides[0] +
+                           y * features->strides[1] + s * features->strides[2],
+                       &v, 4);
+            }
+        }
+cleanup:
+    free(z);
+    return st;
+}
+
+/* ------------------------------------------------------------ model file */
+
+#define PCA_MAGIC "HSIPCA1"
+#define PCA_HEADER 72
+#define PCA_MAX_FEATURES 100000
+
+static void put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
+static void put_f64(uint8_t *p, double v) { memcpy(p, &v, 8); }
+static uint32_t get_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static int64_t get_i64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
+static double get_f64(const uint8_t *p) { double v; memcpy(&v, p, 8); return v; }
+
+static int64_t model_size(int64_t nf, int64_t k)
+{
+    return PCA_HEADER + 8 * nf + 8 * (5 * nf + k * nf + 2 * k);
+}
+
+hsi_status hsi_pca_save(const hsi_pca *p, const char *path)
+{
+    hsi_status st = HSI_OK;
+    hsi_atomic_file af = {0};
+    uint8_t *buf = NULL;
+    if (!hsi_host_is_little_endian())
+        return HSI_FAIL(HSI_ERR_UNSUPPORTED, "%s: model files are written on little-endian hosts only", path);
+    int64_t nf = p->n_features, k = p->n_components, size = model_size(nf, k);
+    buf = calloc(1, (size_t)size);
+    if (!buf) return HSI_FAIL(HSI_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(buf, PCA_MAGIC, 8);
+    put_u32(buf + 8, 1);
+    put_u32(buf + 12, (uint32_t)((p->whiten ? 1 : 0) | (p->norm.l2 ? 2 : 0) | (p->norm.has_ignore ? 4 : 0)));
+    put_i64(buf + 16, p->norm.n_cube_bands);
+    put_i64(buf + 24, nf);
+    put_i64(buf + 32, k);
+    put_i64(buf + 40, p->n_samples);
+    put_u32(buf + 48, (uint32_t)p->norm.mode);
+    put_f64(buf + 56, p->norm.ignore_value);
+    put_f64(buf + 64, p->total_variance);
+    uint8_t *q = buf + PCA_HEADER;
+    for (int64_t j = 0; j < nf; j++, q += 8) put_i64(q, p->norm.bands[j]);
+    const double *arrs[5] = {p->norm.scale, p->norm.center, p->norm.offset, p->norm.fill, p->mean};
+    for (int a = 0; a < 5; a++)
+        for (int64_t j = 0; j < nf; j++, q += 8) put_f64(q, arrs[a][j]);
+    for (int64_t i = 0; i < k * nf; i++, q += 8) put_f64(q, p->components[i]);
+    for (int64_t c = 0; c < k; c++, q += 8) put_f64(q, p->explained_variance[c]);
+    for (int64_t c = 0; c < k; c++, q += 8) put_f64(q, p->explained_variance_ratio[c]);
+    HSI_TRY(hsi_atomic_open(&af, path));
+    if (fwrite(buf, 1, (size_t)size, af.fp) != (size_t)size) {
+        hsi_atomic_abort(&af);
+        st = HSI_FAIL(HSI_ERR_IO, "%s: write failed", path);
+        goto cleanup;
+    }
+    HSI_TRY(hsi_atomic_commit(&af));
+cleanup:
+    free(buf);
+    return st;
+}
+
+hsi_status hsi_pca_parse(hsi_pca *out, const void *data, size_t size, const char *name)
+{
+    hsi_status st = HSI_OK;
+    const uint8_t *b = data;
+    memset(out, 0, sizeof *out);
+    if (size < PCA_HEADER || memcmp(b, PCA_MAGIC, 8) != 0)
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: not an hsi PCA model (expected magic 'HSIPCA1' and >= %d bytes, found %zu bytes)",
+                        name, PCA_HEADER, size);
+    if (get_u32(b + 8) != 1)
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: model version %u not supported (expected 1)", name, get_u32(b + 8));
+    uint32_t flags = get_u32(b + 12);
+    int64_t ncb = get_i64(b + 16), nf = get_i64(b + 24), k = get_i64(b + 32);
+    uint32_t mode = get_u32(b + 48);
+    if (nf <= 0 || nf > PCA_MAX_FEATURES || k <= 0 || k > nf || ncb <= 0 || ncb > (int64_t)1 << 32 ||
+        mode > HSI_NORM_L2)
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: bad sizes at byte 16 (cube bands %lld, features %lld, components %lld, mode %u)",
+                        name, (long long)ncb, (long long)nf, (long long)k, mode);
+    if ((int64_t)size != model_size(nf, k))
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: expected %lld bytes for %lld features x %lld components, found %zu",
+                        name, (long long)model_size(nf, k), (long long)nf, (long long)k, size);
+    hsi_norm *n = &out->norm;
+    n->mode = (hsi_norm_mode)mode;
+    n->n_cube_bands = ncb;
+    n->n_bands = nf;
+    n->l2 = (flags & 2) != 0;
+    n->has_ignore = (flags & 4) != 0;
+    n->ignore_value = get_f64(b + 56);
+    out->whiten = flags & 1;
+    out->n_features = nf;
+    out->n_components = k;
+    out->n_samples = get_i64(b + 40);
+    out->total_variance = get_f64(b + 64);
+    n->bands = malloc(sizeof(int64_t) * (size_t)nf);
+    double **arrs[5] = {&n->scale, &n->center, &n->offset, &n->fill, &out->mean};
+    int ok = n->bands != NULL;
+    for (int a = 0; a < 5; a++) ok = ok && (*arrs[a] = malloc(sizeof(double) * (size_t)nf));
+    out->components = malloc(sizeof(double) * (size_t)(k * nf));
+    out->explained_variance = malloc(sizeof(double) * (size_t)k);
+    out->explained_variance_ratio = malloc(sizeof(double) * (size_t)k);
+    if (!ok || !out->components || !out->explained_variance || !out->explained_variance_ratio) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "%s: out of memory", name);
+        goto cleanup;
+    }
+    const uint8_t *q = b + PCA_HEADER;
+    for (int64_t j = 0; j < nf; j++, q += 8) {
+        n->bands[j] = get_i64(q);
+        if (n->bands[j] < 0 || n->bands[j] >= ncb) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: band index %lld at byte %lld outside 0..%lld", name,
+                          (long long)n->bands[j], (long long)(q - b), (long long)ncb - 1);
+            goto cleanup;
+        }
+    }
+    for (int a = 0; a < 5; a++)
+        for (int64_t j = 0; j < nf; j++, q += 8) (*arrs[a])[j] = get_f64(q);
+    for (int64_t i = 0; i < k * nf; i++, q += 8) out->components[i] = get_f64(q);
+    for (int64_t c = 0; c < k; c++, q += 8) out->explained_variance[c] = get_f64(q);
+    for (int64_t c = 0; c < k; c++, q += 8) out->explained_variance_ratio[c] = get_f64(q);
+    if (out->whiten)
+        for (int64_t c = 0; c < k; c++)
+            if (!(out->explained_variance[c] > 0)) {
+                st = HSI_FAIL(HSI_ERR_FORMAT, "%s: whitening model with variance %g for component %lld",
+                              name, out->explained_variance[c], (long long)c + 1);
+                goto cleanup;
+            }
+cleanup:
+    if (st != HSI_OK) hsi_pca_free(out);
+    return st;
+}
+
+hsi_status hsi_pca_load(hsi_pca *out, const char *path)
+{
+    hsi_status st = HSI_OK;
+    char *text = NULL;
+    size_t len = 0;
+    memset(out, 0, sizeof *out);
+    HSI_TRY(hsi_read_file(path, &text, &len));
+    HSI_TRY(hsi_pca_parse(out, text, len, path));
+cleanup:
+    free(text);
+    return st;
+}

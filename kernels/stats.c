@@ -1,0 +1,454 @@
+/* stats.c — per-band mean/std/min/max/count (+ histogram, percentiles) over
+ * any strided cube: blocks of pixels are converted to double, reduced with
+ * an in-cache two-pass (mean, then sum of squared deviations) and merged
+ * with Chan's formula, per thread, then across threads in thread order.
+ * Also a naive reference. Not a reader: it takes views. */
+#include "stats.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern_internal.h"
+
+void hsi_stats_merge(int64_t *na, double *mean_a, double *m2_a, int64_t nb, double mean_b,
+                     double m2_b)
+{
+    if (nb == 0) return;
+    if (*na == 0) {
+        *na = nb;
+        *mean_a = mean_b;
+        *m2_a = m2_b;
+        return;
+    }
+    double n = (double)(*na + nb), d = mean_b - *mean_a;
+    *mean_a += d * (double)nb / n;
+    *m2_a += m2_b + d * d * (double)(*na) * (double)nb / n;
+    *na += nb;
+}
+
+void hsi_stats_free(hsi_stats *s)
+{
+    if (!s) return;
+    free(s->count);
+    free(s->mean);
+    free(s->std);
+    free(s->var);
+    free(s->var_ddof1);
+    free(s->min);
+    free(s->max);
+    free(s->hist);
+    free(s->percentile);
+    memset(s, 0, sizeof *s);
+}
+
+static hsi_status stats_alloc(hsi_stats *s, int64_t nb, const hsi_stats_opts *o)
+{
+    memset(s, 0, sizeof *s);
+    s->n_bands = nb;
+    size_t n = (size_t)(nb > 0 ? nb : 1);
+    s->count = calloc(n, sizeof(int64_t));
+    s->mean = calloc(n, sizeof(double));
+    s->std = calloc(n, sizeof(double));
+    s->var = calloc(n, sizeof(double));
+    s->var_ddof1 = calloc(n, sizeof(double));
+    s->min = calloc(n, sizeof(double));
+    s->max = calloc(n, sizeof(double));
+    int ok = s->count && s->mean && s->std && s->var && s->var_ddof1 && s->min && s->max;
+    if (o && o->hist_bins > 0) {
+        s->hist_bins = o->hist_bins;
+        s->hist = calloc(n * (size_t)o->hist_bins, sizeof(int64_t));
+        ok = ok && s->hist;
+        if (o->n_percentiles > 0) {
+            s->n_percentiles = o->n_percentiles;
+            s->percentile = calloc(n * (size_t)o->n_percentiles, sizeof(double));
+            ok = ok && s->percentile;
+        }
+    }
+    if (!ok) {
+        hsi_stats_free(s);
+        return HSI_FAIL(HSI_ERR_NOMEM, "stats: cannot allocate results for %lld bands", (long long)nb);
+    }
+    return HSI_OK;
+}
+
+static hsi_status check_opts(const hsi_view *cube, const hsi_stats_opts *o)
+{
+    hsi_status st = hsi_kern_check_cube(cube, "stats");
+    if (st != HSI_OK) return st;
+    if (o && o->hist_bins < 0)
+        return HSI_FAIL(HSI_ERR_ARG, "stats: hist_bins must be >= 0, found %d", o->hist_bins);
+    if (o && o->n_percentiles > 0) {
+        if (o->hist_bins <= 0 || !o->percentiles)
+            return HSI_FAIL(HSI_ERR_ARG, "stats: percentiles need hist_bins > 0 and a percentile array");
+        for (int i = 0; i < o->n_percentiles; i++)
+            if (!(o->percentiles[i] >= 0 && o->percentiles[i] <= 100))
+                return HSI_FAIL(HSI_ERR_ARG, "stats: percentile %d must be in [0, 100], found %g", i,
+                                o->percentiles[i]);
+    }
+    return HSI_OK;
+}
+
+/* numpy.histogram's bin index for x in [lo, hi] with equal bins. */
+static inline int64_t hist_bin(double x, double lo, double hi, int bins)
+{
+    if (!(hi > lo)) return 0;
+    double norm = bins / (hi - lo);
+    int64_t i = (int64_t)((x - lo) * norm);
+    if (i >= bins) i = bins - 1;
+    if (i < 0) i = 0;
+    /* numpy corrects the index against the linspace edges */
+    double e0 = lo + (hi - lo) * (double)i / bins, e1 = lo + (hi - lo) * (double)(i + 1) / bins;
+    if (i == bins - 1) e1 = hi;
+    if (x < e0 && i > 0) i--;
+    else if (x >= e1 && i < bins - 1) i++;
+    return i;
+}
+
+/* --------------------------------------------------------------- fast path */
+
+typedef struct stats_ctx {
+    const hsi_view *cube;
+    const hsi_stats_opts *o;
+    const uint8_t *mask; /* (lines*samples) or NULL */
+    int need_filter;
+    int hist_phase;      /* 0: moments, 1: histogram */
+    int64_t chunk, tile;
+    /* per thread partials, (n_threads, n_bands) */
+    int64_t *n;
+    double *mean, *m2, *mn, *mx;
+    int64_t *hist;       /* (n_threads, n_bands, bins) */
+    const hsi_stats *res; /* min/max for the histogram phase */
+    hsi_progress *prog;
+    int64_t *lines_done;
+} stats_ctx;
+
+static hsi_status stats_worker(void *vctx, int t, int nt)
+{
+    stats_ctx *c = vctx;
+    const hsi_view *cube = c->cube;
+    int64_t nb = cube->shape[0], L = cube->shape[1], S = cube->shape[2];
+    int64_t ch = c->chunk;
+    int band_major = !hsi_kern_pixel_major_input(cube);
+    double *blk = hsi_aligned_alloc(sizeof(double) * (size_t)(nb * ch));
+    double *scr = hsi_aligned_alloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, ch));
+    double *bs = hsi_aligned_alloc(sizeof(double) * (size_t)(5 * nb + 8));
+    if (!blk || !scr || !bs) {
+        hsi_aligned_free(blk);
+        hsi_aligned_free(scr);
+        hsi_aligned_free(bs);
+        return HSI_FAIL(HSI_ERR_NOMEM, "stats: cannot allocate a %lld-pixel block", (long long)ch);
+    }
+    int64_t *an = c->n + t * nb;
+    double *amean = c->mean + t * nb, *am2 = c->m2 + t * nb, *amn = c->mn + t * nb,
+           *amx = c->mx + t * nb;
+    int64_t *hist = c->hist_phase ? c->hist + (int64_t)t * nb * c->o->hist_bins : NULL;
+    int bins = c->o ? c->o->hist_bins : 0;
+    hsi_kern_prep pp = {.n_bands = nb};
+    int has_ig = c->o && c->o->has_ignore;
+    double ig = has_ig ? c->o->ignore_value : 0;
+    int64_t l0, l1;
+    hsi_kern_split(L, t, nt, &l0, &l1);
+    double *bsum = bs, *bmean = bs + nb, *bm2 = bs + 2 * nb, *bmin = bs + 3 * nb, *bmax = bs + 4 * nb;
+    int64_t *bn = calloc((size_t)nb + 1, sizeof(int64_t));
+    if (!bn) {
+        hsi_aligned_free(blk);
+        hsi_aligned_free(scr);
+        hsi_aligned_free(bs);
+        return HSI_FAIL(HSI_ERR_NOMEM, "stats: out of memory");
+    }
+    for (int64_t y = l0; y < l1; y++) {
+        for (int64_t s0 = 0; s0 < S; s0 += ch) {
+            int64_t np = S - s0 < ch ? S - s0 : ch;
+            const uint8_t *mk = c->mask ? c->mask + y * S + s0 : NULL;
+            hsi_kern_load_f64(blk, band_major ? np : nb, band_major, cube, &pp, y, s0, np, scr);
+#define VALID(p, x) ((!mk || mk[p]) && (x) == (x) && !(has_ig && (x) == ig))
+            if (hist) {
+                if (band_major) {
+                    for (int64_t j = 0; j < nb; j++) {
+                        const double *r = blk + j * np;
+                        int64_t *h = hist + j * bins;
+                        double lo = c->res->min[j], hi = c->res->max[j];
+                        for (int64_t p = 0; p < np; p++)
+                            if (VALID(p, r[p])) h[hist_bin(r[p], lo, hi, bins)]++;
+                    }
+                } else {
+                    for (int64_t p = 0; p < np; p++) {
+                        const double *r = blk + p * nb;
+                        for (int64_t j = 0; j < nb; j++)
+                            if (VALID(p, r[j]))
+                                hist[j * bins + hist_bin(r[j], c->res->min[j], c->res->max[j], bins)]++;
+                    }
+                }
+                continue;
+            }
+            if (band_major) {
+                for (int64_t j = 0; j < nb; j++) {
+                    const double *r = blk + j * np;
+                    int64_t n = 0;
+                    double s = 0, mn = INFINITY, mx = -INFINITY, m2 = 0, m;
+                    if (!c->need_filter) {
+                        for (int64_t p = 0; p < np; p++) {
+                            s += r[p];
+                            mn = r[p] < mn ? r[p] : mn;
+                            mx = r[p] > mx ? r[p] : mx;
+                        }
+                        n = np;
+                        m = s / (double)n;
+                        for (int64_t p = 0; p < np; p++) m2 += (r[p] - m) * (r[p] - m);
+                    } else {
+                        for (int64_t p = 0; p < np; p++)
+                            if (VALID(p, r[p])) {
+                                n++;
+                                s += r[p];
+                                mn = r[p] < mn ? r[p] : mn;
+                                mx = r[p] > mx ? r[p] : mx;
+                            }
+                        if (n == 0) continue;
+                        m = s / (double)n;
+                        for (int64_t p = 0; p < np; p++)
+                            if (VALID(p, r[p])) m2 += (r[p] - m) * (r[p] - m);
+                    }
+                    hsi_stats_merge(&an[j], &amean[j], &am2[j], n, m, m2);
+                    if (mn < amn[j]) amn[j] = mn;
+                    if (mx > amx[j]) amx[j] = mx;
+                }
+            } else {
+                for (int64_t j = 0; j < nb; j++) {
+                    bsum[j] = 0;
+                    bm2[j] = 0;
+                    bn[j] = 0;
+                    bmin[j] = INFINITY;
+                    bmax[j] = -INFINITY;
+                }
+                if (!c->need_filter) {
+                    for (int64_t p = 0; p < np; p++) {
+                        const double *r = blk + p * nb;
+                        for (int64_t j = 0; j < nb; j++) {
+                            bsum[j] += r[j];
+                            bmin[j] = r[j] < bmin[j] ? r[j] : bmin[j];
+                            bmax[j] = r[j] > bmax[j] ? r[j] : bmax[j];
+                        }
+                    }
+                    for (int64_t j = 0; j < nb; j++) {
+                        bn[j] = np;
+                        bmean[j] = bsum[j] / (double)np;
+                    }
+                    for (int64_t p = 0; p < np; p++) {
+                        const double *r = blk + p * nb;
+                        for (int64_t j = 0; j < nb; j++) bm2[j] += (r[j] - bmean[j]) * (r[j] - bmean[j]);
+                    }
+                } else {
+                    for (int64_t p = 0; p < np; p++) {
+                        if (mk && !mk[p]) continue;
+                        const double *r = blk + p * nb;
+                        for (int64_t j = 0; j < nb; j++)
+                            if (VALID(p, r[j])) {
+                                bn[j]++;
+                                bsum[j] += r[j];
+                                bmin[j] = r[j] < bmin[j] ? r[j] : bmin[j];
+                                bmax[j] = r[j] > bmax[j] ? r[j] : bmax[j];
+                            }
+                    }
+                    for (int64_t j = 0; j < nb; j++) bmean[j] = bn[j] ? bsum[j] / (double)bn[j] : 0;
+                    for (int64_t p = 0; p < np; p++) {
+                        if (mk && !mk[p]) continue;
+                        const double *r = blk + p * nb;
+                        for (int64_t j = 0; j < nb; j++)
+                            if (VALID(p, r[j])) bm2[j] += (r[j] - bmean[j]) * (r[j] - bmean[j]);
+                    }
+                }
+                for (int64_t j = 0; j < nb; j++) {
+                    hsi_stats_merge(&an[j], &amean[j], &am2[j], bn[j], bmean[j], bm2[j]);
+                    if (bmin[j] < amn[j]) amn[j] = bmin[j];
+                    if (bmax[j] > amx[j]) amx[j] = bmax[j];
+                }
+            }
+#undef VALID
+        }
+        if ((y - l0 + 1) % c->tile == 0 || y + 1 == l1) {
+            int64_t tl0 = y + 1 - ((y - l0) % c->tile + 1);
+            hsi_kern_release_lines(cube, tl0, y + 1);
+            if (c->prog) {
+                int64_t d = __atomic_add_fetch(c->lines_done, y + 1 - tl0, __ATOMIC_RELAXED);
+                if (t == 0) hsi_progress_update(c->prog, d);
+            }
+        }
+    }
+    free(bn);
+    hsi_aligned_free(blk);
+    hsi_aligned_free(scr);
+    hsi_aligned_free(bs);
+    return HSI_OK;
+}
+
+/* Percentiles (numpy 'linear' rank q/100*(n-1)) read off a histogram. */
+static void percentiles_from_hist(hsi_stats *s, const hsi_stats_opts *o)
+{
+    int bins = s->hist_bins;
+    for (int64_t j = 0; j < s->n_bands; j++) {
+        const int64_t *h = s->hist + j * bins;
+        double lo = s->min[j], hi = s->max[j], w = (hi - lo) / bins;
+        for (int q = 0; q < o->n_percentiles; q++) {
+            double r = o->percentiles[q] / 100.0 * (double)(s->count[j] - 1);
+            int64_t cum = 0;
+            double v = hi;
+            for (int b = 0; b < bins; b++) {
+                if ((double)(cum + h[b]) > r) {
+                    v = lo + w * (b + (r - (double)cum + 0.5) / (double)h[b]);
+                    break;
+                }
+                cum += h[b];
+            }
+            s->percentile[j * o->n_percentiles + q] = v < lo ? lo : v > hi ? hi : v;
+        }
+    }
+}
+
+static hsi_status finish(hsi_stats *s)
+{
+    for (int64_t j = 0; j < s->n_bands; j++) {
+        if (s->count[j] == 0)
+            return HSI_FAIL(HSI_ERR_NUMERIC, "stats: band %lld has no valid element (all masked, ignored or NaN)",
+                            (long long)j);
+        s->std[j] = sqrt(s->var[j]);
+    }
+    return HSI_OK;
+}
+
+hsi_status hsi_stats_compute(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts)
+{
+    hsi_status st = HSI_OK;
+    hsi_stats_opts o0 = {0};
+    const hsi_stats_opts *o = opts ? opts : &o0;
+    stats_ctx c = {0};
+    hsi_progress prog;
+    int64_t done = 0;
+    uint8_t *mask = NULL;
+    memset(out, 0, sizeof *out);
+    HSI_TRY(check_opts(cube, o));
+    int64_t nb = cube->shape[0], L = cube->shape[1], S = cube->shape[2];
+    HSI_TRY(hsi_kern_mask_pack(&mask, o->mask, L, S));
+    HSI_TRY(stats_alloc(out, nb, o));
+    int nt = o->n_threads > 0 ? o->n_threads : hsi_kern_threads();
+    if (nt > L) nt = L > 0 ? (int)L : 1;
+    c.cube = cube;
+    c.o = o;
+    c.mask = mask;
+    c.need_filter = mask || o->has_ignore || hsi_dtype_is_float(cube->dtype);
+    c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
+    c.chunk = 32768 / (nb > 0 ? nb : 1);
+    if (c.chunk < 64) c.chunk = 64;
+    if (c.chunk > S) c.chunk = S > 0 ? S : 1;
+    size_t nn = (size_t)(nt * nb + 1);
+    c.n = calloc(nn, sizeof(int64_t));
+    c.mean = calloc(nn, sizeof(double));
+    c.m2 = calloc(nn, sizeof(double));
+    c.mn = malloc(nn * sizeof(double));
+    c.mx = malloc(nn * sizeof(double));
+    if (!c.n || !c.mean || !c.m2 || !c.mn || !c.mx) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "stats: out of memory for %d x %lld partials", nt, (long long)nb);
+        goto cleanup;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        c.mn[i] = INFINITY;
+        c.mx[i] = -INFINITY;
+    }
+    if (o->progress_label) {
+        hsi_progress_begin(&prog, o->progress_label, o->hist_bins > 0 ? 2 * L : L);
+        c.prog = &prog;
+        c.lines_done = &done;
+    }
+    HSI_TRY(hsi_kern_parallel(nt, stats_worker, &c));
+    for (int64_t j = 0; j < nb; j++) {
+        int64_t n = 0;
+        double m = 0, m2 = 0, mn = INFINITY, mx = -INFINITY;
+        for (int t = 0; t < nt; t++) {
+            hsi_stats_merge(&n, &m, &m2, c.n[t * nb + j], c.mean[t * nb + j], c.m2[t * nb + j]);
+            if (c.mn[t * nb + j] < mn) mn = c.mn[t * nb + j];
+            if (c.mx[t * nb + j] > mx) mx = c.mx[t * nb + j];
+        }
+        out->count[j] = n;
+        out->mean[j] = m;
+        out->var[j] = n > 0 ? m2 / (double)n : 0;
+        out->var_ddof1[j] = n > 1 ? m2 / (double)(n - 1) : 0;
+        out->min[j] = mn;
+        out->max[j] = mx;
+    }
+    HSI_TRY(finish(out));
+    if (o->hist_bins > 0) {
+        c.hist = calloc((size_t)(nt * nb * o->hist_bins), sizeof(int64_t));
+        if (!c.hist) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "stats: out of memory for histograms");
+            goto cleanup;
+        }
+        c.hist_phase = 1;
+        c.res = out;
+        HSI_TRY(hsi_kern_parallel(nt, stats_worker, &c));
+        for (int t = 0; t < nt; t++)
+            for (int64_t i = 0; i < nb * o->hist_bins; i++) out->hist[i] += c.hist[t * nb * o->hist_bins + i];
+        if (o->n_percentiles > 0) percentiles_from_hist(out, o);
+    }
+cleanup:
+    if (c.prog) hsi_progress_end(c.prog);
+    if (st != HSI_OK) hsi_stats_free(out);
+    free(c.n);
+    free(c.mean);
+    free(c.m2);
+    free(c.mn);
+    free(c.mx);
+    free(c.hist);
+    free(mask);
+    return st;
+}
+
+/* ---------------------------------------------------------- reference path */
+
+hsi_status hsi_stats_compute_ref(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts)
+{
+    hsi_status st = HSI_OK;
+    hsi_stats_opts o0 = {0};
+    const hsi_stats_opts *o = opts ? opts : &o0;
+    uint8_t *mask = NULL;
+    memset(out, 0, sizeof *out);
+    HSI_TRY(check_opts(cube, o));
+    int64_t nb = cube->shape[0], L = cube->shape[1], S = cube->shape[2];
+    HSI_TRY(hsi_kern_mask_pack(&mask, o->mask, L, S));
+    HSI_TRY(stats_alloc(out, nb, o));
+    for (int64_t b = 0; b < nb; b++) {
+        double s = 0, m2 = 0, mn = INFINITY, mx = -INFINITY;
+        int64_t n = 0, idx[3] = {b, 0, 0};
+        for (int pass = 0; pass < 3; pass++) {
+            for (idx[1] = 0; idx[1] < L; idx[1]++)
+                for (idx[2] = 0; idx[2] < S; idx[2]++) {
+                    if (mask && !mask[idx[1] * S + idx[2]]) continue;
+                    double x = hsi_view_get_f64(cube, idx);
+                    if (x != x || (o->has_ignore && x == o->ignore_value)) continue;
+                    if (pass == 0) {
+                        n++;
+                        s += x;
+                        if (x < mn) mn = x;
+                        if (x > mx) mx = x;
+                    } else if (pass == 1) {
+                        double m = s / (double)n;
+                        m2 += (x - m) * (x - m);
+                    } else if (out->hist) {
+                        out->hist[b * o->hist_bins + hist_bin(x, mn, mx, o->hist_bins)]++;
+                    }
+                }
+            if (pass == 0 && n == 0) break;
+        }
+        out->count[b] = n;
+        out->mean[b] = n ? s / (double)n : 0;
+        out->var[b] = n ? m2 / (double)n : 0;
+        out->var_ddof1[b] = n > 1 ? m2 / (double)(n - 1) : 0;
+        out->min[b] = mn;
+        out->max[b] = mx;
+    }
+    HSI_TRY(finish(out));
+    if (o->n_percentiles > 0) percentiles_from_hist(out, o);
+cleanup:
+    if (st != HSI_OK) hsi_stats_free(out);
+    free(mask);
+    return st;
+}

@@ -1,0 +1,763 @@
+/* test_kernels.c — statistics, normalisation, band selection, PCA and the
+ * fused pass against numpy/scikit-learn fixtures (tests/fixtures/kernels,
+ * made by make_kernels_fixtures.py) on cubes built in memory in every
+ * interleave, dtype and byte order; fused == unfused; masks; ignore value. */
+#include "test.h"
+
+#include <stdint.h>
+
+#include "kernels/bands.h"
+#include "kernels/fused.h"
+#include "kernels/normalize.h"
+#include "kernels/pca.h"
+#include "kernels/stats.h"
+
+/* ------------------------------------------------------------ fixtures */
+
+#define MAX_ARR 64
+static struct {
+    char name[64];
+    int64_t n;
+    double *v;
+} refs[MAX_ARR];
+static int n_refs = -1;
+
+static void load_refs(void)
+{
+    if (n_refs >= 0) return;
+    n_refs = 0;
+    FILE *fp = fopen("tests/fixtures/kernels/ref.txt", "r");
+    if (!fp) return;
+    char name[64];
+    long long n;
+    while (n_refs < MAX_ARR && fscanf(fp, "%63s %lld", name, &n) == 2) {
+        refs[n_refs].v = malloc(sizeof(double) * (size_t)(n + 1));
+        snprintf(refs[n_refs].name, sizeof refs[n_refs].name, "%s", name);
+        refs[n_refs].n = n;
+        for (long long i = 0; i < n; i++)
+            if (fscanf(fp, "%lf", &refs[n_refs].v[i]) != 1) break;
+        n_refs++;
+    }
+    fclose(fp);
+}
+
+/* The fixture array `name` (fails the test when missing or short). */
+static const double *ref(const char *name, int64_t want)
+{
+    load_refs();
+    for (int i = 0; i < n_refs; i++)
+        if (!strcmp(refs[i].name, name)) {
+            if (want >= 0 && refs[i].n != want) {
+                fprintf(stderr, "\n  fixture %s has %lld values, expected %lld\n", name,
+                        (long long)refs[i].n, (long long)want);
+                CU_FAIL_FATAL("fixture size");
+            }
+            return refs[i].v;
+        }
+    fprintf(stderr, "\n  fixture %s missing (run tests/fixtures/make_kernels_fixtures.py)\n", name);
+    CU_FAIL_FATAL("fixture missing");
+    return NULL;
+}
+
+static int64_t B_, L_, S_;
+static void dims(void)
+{
+    const double *d = ref("dims", 3);
+    B_ = (int64_t)d[0];
+    L_ = (int64_t)d[1];
+    S_ = (int64_t)d[2];
+}
+
+/* ----------------------------------------------------------- test cubes */
+
+enum { BSQ = 0, BIL = 1, BIP = 2 };
+static const char *il_name[] = {"bsq", "bil", "bip"};
+
+/* A (B, L, S) cube of `vals` (C order) stored in interleave il as dtype
+ * dt, optionally byte-swapped, 3 bytes into its buffer (unaligned). */
+static hsi_view make_cube(const double *vals, int64_t B, int64_t L, int64_t S, hsi_dtype dt, int il,
+                          int swapped)
+{
+    int64_t e = (int64_t)hsi_dtype_size(dt), pad = 3;
+    hsi_buffer *buf = NULL;
+    hsi_view v;
+    memset(&v, 0, sizeof v);
+    CU_ASSERT_EQUAL_FATAL(hsi_buffer_alloc(&buf, (size_t)(B * L * S * e + pad), HSI_BUF_HOST), HSI_OK);
+    int64_t st[3][3] = {{L * S * e, S * e, e}, {S * e, B * S * e, e}, {e, S * B * e, B * e}};
+    int64_t shape[3] = {B, L, S};
+    CU_ASSERT_EQUAL_FATAL(hsi_view_make(&v, buf, pad, dt, 3, shape, st[il], swapped), HSI_OK);
+    hsi_buffer_release(buf);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t y = 0; y < L; y++)
+            for (int64_t x = 0; x < S; x++) {
+                int64_t idx[3] = {b, y, x};
+                hsi_convert(hsi_view_ptr(&v, idx), e, dt, swapped, &vals[(b * L + y) * S + x], 8, HSI_F64, 0, 1);
+            }
+    return v;
+}
+
+static hsi_view make_mask(const double *m, int64_t L, int64_t S, hsi_dtype dt)
+{
+    hsi_view v;
+    int64_t shape[2] = {L, S};
+    CU_ASSERT_EQUAL_FATAL(hsi_view_alloc(&v, dt, 2, shape, HSI_BUF_HOST), HSI_OK);
+    for (int64_t i = 0; i < L * S; i++) {
+        int64_t idx[2] = {i / S, i % S};
+        hsi_convert(hsi_view_ptr(&v, idx), 0, dt, 0, &m[i], 8, HSI_F64, 0, 1);
+    }
+    return v;
+}
+
+static int rel_close(double a, double b, double tol)
+{
+    double d = fabs(a - b), s = fabs(b) > 1e-300 ? fabs(b) : 1.0;
+    return d <= tol * s;
+}
+
+static int count_bad_rel(const double *got, const double *want, int64_t n, double tol, const char *what)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!rel_close(got[i], want[i], tol)) {
+            if (bad < 3)
+                fprintf(stderr, "\n  %s[%lld]: got %.12g, want %.12g", what, (long long)i, got[i], want[i]);
+            bad++;
+        }
+    return bad;
+}
+
+static void check_stats(const hsi_stats *s, const char *prefix, int64_t nb)
+{
+    char n[64];
+    snprintf(n, sizeof n, "%s_mean", prefix);
+    CU_ASSERT_EQUAL(count_bad_rel(s->mean, ref(n, nb), nb, 1e-6, n), 0);
+    snprintf(n, sizeof n, "%s_std", prefix);
+    CU_ASSERT_EQUAL(count_bad_rel(s->std, ref(n, nb), nb, 1e-6, n), 0);
+    snprintf(n, sizeof n, "%s_min", prefix);
+    if (strcmp(prefix, "ign")) {
+        CU_ASSERT_EQUAL(count_bad_rel(s->min, ref(n, nb), nb, 0, n), 0);
+        snprintf(n, sizeof n, "%s_max", prefix);
+        CU_ASSERT_EQUAL(count_bad_rel(s->max, ref(n, nb), nb, 0, n), 0);
+    }
+}
+
+/* ---------------------------------------------------------- statistics */
+
+static const hsi_dtype dtypes[3] = {HSI_U16, HSI_I16, HSI_F32};
+
+static void test_stats_layouts(void)
+{
+    dims();
+    const double *cube = ref("cube", B_ * L_ * S_);
+    for (int d = 0; d < 3; d++)
+        for (int il = 0; il < 3; il++)
+            for (int sw = 0; sw < 2; sw++) {
+                hsi_view v = make_cube(cube, B_, L_, S_, dtypes[d], il, sw);
+                for (int nt = 1; nt <= 3; nt++) {
+                    hsi_stats s;
+                    hsi_stats_opts o = {.n_threads = nt, .tile_lines = nt == 3 ? 1 : 0};
+                    HSI_CHECK_OK(hsi_stats_compute(&s, &v, &o));
+                    check_stats(&s, "all", B_);
+                    CU_ASSERT_EQUAL(s.count[0], L_ * S_);
+                    hsi_stats_free(&s);
+                }
+                hsi_view_release(&v);
+            }
+}
+
+static void test_stats_reference_path(void)
+{
+    dims();
+    hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_I16, BIL, 1);
+    hsi_stats s;
+    HSI_CHECK_OK(hsi_stats_compute_ref(&s, &v, NULL));
+    check_stats(&s, "all", B_);
+    hsi_stats_free(&s);
+    hsi_view_release(&v);
+}
+
+static void test_stats_subview(void)
+{
+    dims();
+    for (int il = 0; il < 3; il++) {
+        hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, il, il == BIP);
+        hsi_view a, b;
+        HSI_CHECK_OK(hsi_view_bands(&a, &v, 2, 7));
+        HSI_CHECK_OK(hsi_view_crop(&b, &a, 1, 6, 2, 7));
+        CU_ASSERT_FALSE(hsi_view_is_packed(&b));
+        hsi_stats s;
+        HSI_CHECK_OK(hsi_stats_compute(&s, &b, NULL));
+        check_stats(&s, "sub", 7);
+        hsi_stats_free(&s);
+        hsi_view_release(&b);
+        hsi_view_release(&a);
+        hsi_view_release(&v);
+    }
+}
+
+static void test_stats_mask(void)
+{
+    dims();
+    const double *m = ref("mask", L_ * S_);
+    hsi_dtype mdt[2] = {HSI_U8, HSI_I32};
+    for (int il = 0; il < 3; il++) {
+        hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_F32, il, 0);
+        hsi_view mk = make_mask(m, L_, S_, mdt[il & 1]);
+        hsi_stats s;
+        hsi_stats_opts o = {.mask = &mk};
+        HSI_CHECK_OK(hsi_stats_compute(&s, &v, &o));
+        check_stats(&s, "masked", B_);
+        int64_t n = 0;
+        for (int64_t i = 0; i < L_ * S_; i++) n += m[i] != 0;
+        CU_ASSERT_EQUAL(s.count[3], n);
+        hsi_stats_free(&s);
+        /* the masked stats equal the stats of the selected pixels only */
+        hsi_stats r;
+        HSI_CHECK_OK(hsi_stats_compute_ref(&r, &v, &o));
+        check_stats(&r, "masked", B_);
+        hsi_stats_free(&r);
+        hsi_view_release(&mk);
+        hsi_view_release(&v);
+    }
+    /* a mask that selects nothing is an error, not NaNs */
+    hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, BSQ, 0);
+    double *zero = calloc((size_t)(L_ * S_), sizeof(double));
+    hsi_view mk = make_mask(zero, L_, S_, HSI_U8);
+    hsi_stats s;
+    hsi_stats_opts o = {.mask = &mk};
+    HSI_CHECK_FAILS(hsi_stats_compute(&s, &v, &o), HSI_ERR_NUMERIC, "no valid element");
+    hsi_view bad;
+    int64_t shp[2] = {L_, S_ + 1};
+    HSI_CHECK_OK(hsi_view_alloc(&bad, HSI_U8, 2, shp, HSI_BUF_HOST));
+    o.mask = &bad;
+    HSI_CHECK_FAILS(hsi_stats_compute(&s, &v, &o), HSI_ERR_ARG, "mask");
+    hsi_view_release(&bad);
+    free(zero);
+    hsi_view_release(&mk);
+    hsi_view_release(&v);
+}
+
+static void test_stats_ignore(void)
+{
+    dims();
+    const double *cnt = ref("ign_count", B_);
+    for (int il = 0; il < 3; il++)
+        for (int d = 0; d < 3; d++) {
+            hsi_view v = make_cube(ref("ign_cube", B_ * L_ * S_), B_, L_, S_, dtypes[d], il, d == 1);
+            hsi_stats s;
+            hsi_stats_opts o = {.has_ignore = 1, .ignore_value = 0};
+            HSI_CHECK_OK(hsi_stats_compute(&s, &v, &o));
+            check_stats(&s, "ign", B_);
+            for (int64_t b = 0; b < B_; b++) CU_ASSERT_EQUAL(s.count[b], (int64_t)cnt[b]);
+            CU_ASSERT(s.min[0] > 0);
+            hsi_stats_free(&s);
+            hsi_view_release(&v);
+        }
+}
+
+static void test_stats_histogram(void)
+{
+    dims();
+    const double *h = ref("hist", B_ * 16), *pct = ref("pct", B_ * 3);
+    double q[3] = {5, 50, 95};
+    for (int il = 0; il < 3; il++) {
+        hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, il, 0);
+        hsi_stats s;
+        hsi_stats_opts o = {.hist_bins = 16, .n_percentiles = 3, .percentiles = q};
+        HSI_CHECK_OK(hsi_stats_compute(&s, &v, &o));
+        int bad = 0;
+        for (int64_t i = 0; i < B_ * 16; i++) bad += s.hist[i] != (int64_t)h[i];
+        CU_ASSERT_EQUAL(bad, 0);
+        for (int64_t b = 0; b < B_; b++)
+            for (int k = 0; k < 3; k++) {
+                double w = (s.max[b] - s.min[b]) / 16;
+                CU_ASSERT(fabs(s.percentile[b * 3 + k] - pct[b * 3 + k]) <= w);
+            }
+        hsi_stats_free(&s);
+        hsi_view_release(&v);
+    }
+    hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, BSQ, 0);
+    hsi_stats s;
+    double badq = 101;
+    hsi_stats_opts o = {.hist_bins = 4, .n_percentiles = 1, .percentiles = &badq};
+    HSI_CHECK_FAILS(hsi_stats_compute(&s, &v, &o), HSI_ERR_ARG, "percentile 0 must be in [0, 100]");
+    hsi_view_release(&v);
+}
+
+/* ------------------------------------------------------- normalisation */
+
+static void check_f32_cube(const float *got, int64_t stride_o, int64_t stride_p, const double *want,
+                           int64_t n_out, int64_t n_pix, double tol, const char *what)
+{
+    /* got element (o, p) at got[o*stride_o + p*stride_p]; want: (n_out, n_pix) */
+    int bad = 0;
+    double scale = 0;
+    for (int64_t i = 0; i < n_out * n_pix; i++) scale = fmax(scale, fabs(want[i]));
+    for (int64_t o = 0; o < n_out; o++)
+        for (int64_t p = 0; p < n_pix; p++) {
+            double g = got[o * stride_o + p * stride_p], w = want[o * n_pix + p];
+            if (!(fabs(g - w) <= tol * scale)) {
+                if (bad < 3) fprintf(stderr, "\n  %s (%lld, %lld): got %.9g, want %.9g", what, (long long)o,
+                                     (long long)p, g, w);
+                bad++;
+            }
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+static void test_normalize_modes(void)
+{
+    dims();
+    int64_t N = L_ * S_;
+    const char *fx[5] = {NULL, "norm_zscore", "norm_minmax", "norm_gminmax", "norm_l2"};
+    for (int il = 0; il < 3; il++) {
+        hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, dtypes[il], il, il == BIL);
+        hsi_stats s;
+        HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
+        for (int m = HSI_NORM_ZSCORE; m <= HSI_NORM_L2; m++) {
+            hsi_norm nm;
+            HSI_CHECK_OK(hsi_norm_build(&nm, (hsi_norm_mode)m, B_, NULL, B_, &s, NULL, 0, 0));
+            const double *want = ref(fx[m], B_ * N);
+            /* unfused reference pass */
+            hsi_view out;
+            int64_t shp[3] = {B_, L_, S_};
+            HSI_CHECK_OK(hsi_view_alloc(&out, HSI_F32, 3, shp, HSI_BUF_HOST));
+            HSI_CHECK_OK(hsi_normalize_cpu(&out, &v, &nm));
+            check_f32_cube(out.buf->data, N, 1, want, B_, N, 1e-6, fx[m]);
+            /* fused pass without PCA, both output layouts */
+            float *f = malloc(sizeof(float) * (size_t)(B_ * N));
+            for (int pm = 0; pm < 2; pm++) {
+                hsi_fused_opts fo = {.pixel_major = pm, .n_threads = 2};
+                HSI_CHECK_OK(hsi_fused_run(f, &v, &nm, NULL, &fo));
+                check_f32_cube(f, pm ? 1 : N, pm ? B_ : 1, want, B_, N, 1e-6, fx[m]);
+            }
+            free(f);
+            hsi_view_release(&out);
+            hsi_norm_free(&nm);
+        }
+        hsi_stats_free(&s);
+        hsi_view_release(&v);
+    }
+    hsi_norm_mode md;
+    HSI_CHECK_OK(hsi_norm_mode_parse(&md, "global-minmax"));
+    CU_ASSERT_EQUAL(md, HSI_NORM_GLOBAL_MINMAX);
+    HSI_CHECK_FAILS(hsi_norm_mode_parse(&md, "zscor"), HSI_ERR_ARG, "zscore");
+}
+
+static void test_normalize_calibration(void)
+{
+    dims();
+    int64_t N = L_ * S_;
+    hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, BIP, 1);
+    hsi_stats s;
+    HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
+    hsi_calib cal = {ref("gain", B_), ref("offset", B_), 10000.0};
+    const char *fx[2] = {"norm_calib", "norm_calib_zscore"};
+    hsi_norm_mode modes[2] = {HSI_NORM_NONE, HSI_NORM_ZSCORE};
+    for (int k = 0; k < 2; k++) {
+        hsi_norm nm;
+        HSI_CHECK_OK(hsi_norm_build(&nm, modes[k], B_, NULL, B_, &s, &cal, 0, 0));
+        float *f = malloc(sizeof(float) * (size_t)(B_ * N));
+        HSI_CHECK_OK(hsi_fused_run(f, &v, &nm, NULL, NULL));
+        check_f32_cube(f, N, 1, ref(fx[k], B_ * N), B_, N, 1e-6, fx[k]);
+        free(f);
+        hsi_norm_free(&nm);
+    }
+    hsi_stats_free(&s);
+    hsi_view_release(&v);
+}
+
+/* ----------------------------------------------------------------- PCA */
+
+/* |cos| of component rows and the sign that aligns ours with theirs. */
+static void check_components(const hsi_pca *p, const double *comp, const double *ev, int64_t k, double *sign,
+                             const char *what)
+{
+    int64_t nf = p->n_features;
+    for (int64_t c = 0; c < k; c++) {
+        double dot = 0, na = 0, nb = 0;
+        for (int64_t j = 0; j < nf; j++) {
+            dot += p->components[c * nf + j] * comp[c * nf + j];
+            na += p->components[c * nf + j] * p->components[c * nf + j];
+            nb += comp[c * nf + j] * comp[c * nf + j];
+        }
+        double cs = fabs(dot) / sqrt(na * nb);
+        if (cs < 0.9999) fprintf(stderr, "\n  %s component %lld: |cos| %.8f", what, (long long)c, cs);
+        CU_ASSERT(cs >= 0.9999);
+        if (sign) sign[c] = dot < 0 ? -1 : 1;
+        if (!rel_close(p->explained_variance[c], ev[c], 1e-5))
+            fprintf(stderr, "\n  %s ev %lld: %.10g vs %.10g", what, (long long)c, p->explained_variance[c], ev[c]);
+        CU_ASSERT(rel_close(p->explained_variance[c], ev[c], 1e-5));
+        /* sign rule: the largest |loading| is positive */
+        double big = 0;
+        int64_t arg = 0;
+        for (int64_t j = 0; j < nf; j++)
+            if (fabs(p->components[c * nf + j]) > big) {
+                big = fabs(p->components[c * nf + j]);
+                arg = j;
+            }
+        CU_ASSERT(p->components[c * nf + arg] > 0);
+    }
+}
+
+/* scores: pixel-major (N, k) float; want: (N, k) sklearn, signs aligned */
+static void check_scores(const float *got, const double *want, const double *sign, int64_t N, int64_t k,
+                         double tol, const char *what)
+{
+    double scale = 0;
+    int bad = 0;
+    for (int64_t i = 0; i < N * k; i++) scale = fmax(scale, fabs(want[i]));
+    for (int64_t p = 0; p < N; p++)
+        for (int64_t c = 0; c < k; c++) {
+            double g = got[p * k + c] * sign[c], w = want[p * k + c];
+            if (!(fabs(g - w) <= tol * scale)) {
+                if (bad < 3) fprintf(stderr, "\n  %s (%lld, %lld): %.8g vs %.8g", what, (long long)p, (long long)c, g, w);
+                bad++;
+            }
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+static void test_pca_fit_layouts(void)
+{
+    dims();
+    int64_t N = L_ * S_, K = 4;
+    for (int d = 0; d < 3; d++)
+        for (int il = 0; il < 3; il++)
+            for (int sw = 0; sw < 2; sw++) {
+                hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, dtypes[d], il, sw);
+                hsi_pca p;
+                hsi_pca_opts o = {.n_components = K, .n_threads = 1 + (il + sw) % 3};
+                HSI_CHECK_OK(hsi_pca_fit(&p, &v, NULL, &o));
+                CU_ASSERT_EQUAL(p.n_components, K);
+                CU_ASSERT_EQUAL(p.n_samples, N);
+                double sign[8];
+                check_components(&p, ref("pca_components", K * B_), ref("pca_ev", K), K, sign, il_name[il]);
+                CU_ASSERT_EQUAL(count_bad_rel(p.explained_variance_ratio, ref("pca_evr", K), K, 1e-5, "evr"), 0);
+                CU_ASSERT_EQUAL(count_bad_rel(p.mean, ref("pca_mean", B_), B_, 1e-9, "mean"), 0);
+                float *f = malloc(sizeof(float) * (size_t)(N * K));
+                hsi_fused_opts fo = {.pixel_major = 1};
+                HSI_CHECK_OK(hsi_fused_run(f, &v, NULL, &p, &fo));
+                check_scores(f, ref("pca_scores", N * K), sign, N, K, 2e-6, "scores");
+                free(f);
+                hsi_pca_free(&p);
+                hsi_view_release(&v);
+            }
+}
+
+static void test_pca_whiten_inverse_fraction(void)
+{
+    dims();
+    int64_t N = L_ * S_, K = 4;
+    hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_F32, BIL, 0);
+    hsi_pca p;
+    hsi_pca_opts o = {.n_components = K, .whiten = 1};
+    HSI_CHECK_OK(hsi_pca_fit(&p, &v, NULL, &o));
+    double sign[8];
+    check_components(&p, ref("pca_components", K * B_), ref("pca_ev", K), K, sign, "whiten");
+    float *f = malloc(sizeof(float) * (size_t)(N * K));
+    hsi_fused_opts fo = {.pixel_major = 1};
+    HSI_CHECK_OK(hsi_fused_run(f, &v, NULL, &p, &fo));
+    check_scores(f, ref("pca_white_scores", N * K), sign, N, K, 2e-6, "whitened");
+    /* inverse of the (unwhitened-equivalent) scores gives sklearn's inverse_transform */
+    hsi_view sc, back;
+    int64_t sshape[3] = {K, L_, S_}, fshape[3] = {B_, L_, S_};
+    HSI_CHECK_OK(hsi_view_alloc(&sc, HSI_F32, 3, sshape, HSI_BUF_HOST));
+    HSI_CHECK_OK(hsi_view_alloc(&back, HSI_F32, 3, fshape, HSI_BUF_HOST));
+    HSI_CHECK_OK(hsi_fused_run(sc.buf->data, &v, NULL, &p, NULL));
+    HSI_CHECK_OK(hsi_pca_inverse(&back, &sc, &p));
+    check_f32_cube(back.buf->data, N, 1, ref("pca_inverse", N * B_), B_, N, 1e-6, "inverse");
+    hsi_view_release(&sc);
+    hsi_view_release(&back);
+    free(f);
+    hsi_pca_free(&p);
+    /* variance fraction: sklearn's rule */
+    hsi_pca_opts of = {.variance_fraction = 0.95};
+    HSI_CHECK_OK(hsi_pca_fit(&p, &v, NULL, &of));
+    CU_ASSERT_EQUAL(p.n_components, (int64_t)ref("pca_frac95_k", 1)[0]);
+    hsi_pca_free(&p);
+    hsi_pca_opts bad = {.n_components = B_ + 1};
+    HSI_CHECK_FAILS(hsi_pca_fit(&p, &v, NULL, &bad), HSI_ERR_ARG, "n_components");
+    hsi_view_release(&v);
+}
+
+static void test_pca_mask_norm_subset(void)
+{
+    dims();
+    int64_t N = L_ * S_, K = 4;
+    hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, BIP, 0);
+    hsi_view mk = make_mask(ref("mask", N), L_, S_, HSI_U8);
+    hsi_pca p;
+    hsi_pca_opts o = {.n_components = K, .mask = &mk};
+    HSI_CHECK_OK(hsi_pca_fit(&p, &v, NULL, &o));
+    check_components(&p, ref("pca_mask_components", K * B_), ref("pca_mask_ev", K), K, NULL, "masked");
+    hsi_pca_free(&p);
+    /* z-score then PCA */
+    hsi_stats s;
+    HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
+    hsi_norm nm;
+    HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_ZSCORE, B_, NULL, B_, &s, NULL, 0, 0));
+    hsi_pca_opts oz = {.n_components = K};
+    HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &oz));
+    double sign[8];
+    check_components(&p, ref("zpca_components", K * B_), ref("zpca_ev", K), K, sign, "zscore");
+    float *f = malloc(sizeof(float) * (size_t)(N * K));
+    hsi_fused_opts fo = {.pixel_major = 1};
+    HSI_CHECK_OK(hsi_fused_run(f, &v, NULL, &p, &fo));
+    check_scores(f, ref("zpca_scores", N * K), sign, N, K, 2e-6, "zscore scores");
+    free(f);
+    hsi_pca_free(&p);
+    hsi_norm_free(&nm);
+    /* band subset 2,4,5,6,9 (1-based) then PCA(3) */
+    int64_t *bands = NULL, nb = 0;
+    HSI_CHECK_OK(hsi_bands_parse(&bands, &nb, "2,4-6,9", B_));
+    HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_NONE, B_, bands, nb, &s, NULL, 0, 0));
+    hsi_pca_opts o3 = {.n_components = 3};
+    HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &o3));
+    check_components(&p, ref("selpca_components", 3 * 5), ref("selpca_ev", 3), 3, NULL, "subset");
+    hsi_pca_free(&p);
+    hsi_norm_free(&nm);
+    free(bands);
+    hsi_stats_free(&s);
+    hsi_view_release(&mk);
+    hsi_view_release(&v);
+}
+
+/* ------------------------------------------------------ fused == unfused */
+
+typedef struct sink_ctx {
+    float *dst; /* band-major (n_out, L, S) */
+    int64_t L, calls;
+} sink_ctx;
+
+static hsi_status collect(void *vc, const float *tile, int64_t line0, int64_t n_lines, int64_t n_out,
+                          int64_t S, int pm)
+{
+    sink_ctx *c = vc;
+    c->calls++;
+    for (int64_t o = 0; o < n_out; o++)
+        for (int64_t y = 0; y < n_lines; y++)
+            for (int64_t x = 0; x < S; x++)
+                c->dst[(o * c->L + line0 + y) * S + x] =
+                    pm ? tile[(y * S + x) * n_out + o] : tile[(o * n_lines + y) * S + x];
+    return HSI_OK;
+}
+
+static void test_fused_equals_unfused(void)
+{
+    dims();
+    int64_t N = L_ * S_, K = 3;
+    int64_t *bands = NULL, nb = 0;
+    HSI_CHECK_OK(hsi_bands_parse(&bands, &nb, "1-3,5,7-", B_));
+    hsi_norm_mode modes[3] = {HSI_NORM_ZSCORE, HSI_NORM_L2, HSI_NORM_MINMAX};
+    for (int d = 0; d < 3; d++)
+        for (int il = 0; il < 3; il++) {
+            hsi_view v = make_cube(ref("ign_cube", -1), B_, L_, S_, dtypes[d], il, (il + d) & 1);
+            hsi_stats s;
+            hsi_stats_opts so = {.has_ignore = 1, .ignore_value = 0};
+            HSI_CHECK_OK(hsi_stats_compute(&s, &v, &so));
+            hsi_norm nm;
+            HSI_CHECK_OK(hsi_norm_build(&nm, modes[(d + il) % 3], B_, bands, nb, &s, NULL, 1, 0));
+            hsi_pca p;
+            hsi_pca_opts po = {.n_components = K, .whiten = d == 2};
+            HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &po));
+            /* unfused: normalise to a float cube, then transform it */
+            hsi_view feat, sc;
+            int64_t fs[3] = {nb, L_, S_}, ss[3] = {K, L_, S_};
+            HSI_CHECK_OK(hsi_view_alloc(&feat, HSI_F32, 3, fs, HSI_BUF_HOST));
+            HSI_CHECK_OK(hsi_view_alloc(&sc, HSI_F32, 3, ss, HSI_BUF_HOST));
+            HSI_CHECK_OK(hsi_normalize_cpu(&feat, &v, &nm));
+            /* ignored elements were replaced by the band mean before scaling */
+            HSI_CHECK_OK(hsi_pca_transform_features(&sc, &feat, &p));
+            double *want = malloc(sizeof(double) * (size_t)(K * N));
+            for (int64_t i = 0; i < K * N; i++) want[i] = ((float *)sc.buf->data)[i];
+            float *f = malloc(sizeof(float) * (size_t)(K * N));
+            for (int pm = 0; pm < 2; pm++) {
+                hsi_fused_opts fo = {.pixel_major = pm, .n_threads = 1 + pm, .tile_lines = 1 + 2 * pm};
+                HSI_CHECK_OK(hsi_fused_run(f, &v, NULL, &p, &fo));
+                check_f32_cube(f, pm ? 1 : N, pm ? K : 1, want, K, N, 1e-5, "fused vs unfused");
+            }
+            /* streaming through a sink in small tiles gives the same cube */
+            float *g = calloc((size_t)(K * N), sizeof(float));
+            sink_ctx sc2 = {g, L_, 0};
+            hsi_fused_opts fo = {.pixel_major = il == BIP, .tile_lines = 2, .n_threads = 2,
+                                 .sink = collect, .sink_ctx = &sc2};
+            HSI_CHECK_OK(hsi_fused_run(NULL, &v, NULL, &p, &fo));
+            CU_ASSERT_EQUAL(sc2.calls, (L_ + 1) / 2);
+            check_f32_cube(g, N, 1, want, K, N, 1e-5, "sink");
+            free(g);
+            free(f);
+            free(want);
+            hsi_view_release(&feat);
+            hsi_view_release(&sc);
+            hsi_pca_free(&p);
+            hsi_norm_free(&nm);
+            hsi_stats_free(&s);
+            hsi_view_release(&v);
+        }
+    free(bands);
+}
+
+static void test_pca_save_load(void)
+{
+    dims();
+    hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, BSQ, 0);
+    hsi_stats s;
+    HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
+    hsi_norm nm;
+    int64_t bands[4] = {7, 1, 2, 5};
+    HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_L2, B_, bands, 4, &s, NULL, 1, 65535));
+    hsi_pca p, q;
+    hsi_pca_opts o = {.n_components = 2, .whiten = 1};
+    HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &o));
+    const char *path = hsi_test_tmp("model.hsipca");
+    HSI_CHECK_OK(hsi_pca_save(&p, path));
+    HSI_CHECK_OK(hsi_pca_load(&q, path));
+    CU_ASSERT_EQUAL(q.n_components, 2);
+    CU_ASSERT_EQUAL(q.n_features, 4);
+    CU_ASSERT_EQUAL(q.whiten, 1);
+    CU_ASSERT_EQUAL(q.norm.l2, 1);
+    CU_ASSERT_EQUAL(q.norm.has_ignore, 1);
+    CU_ASSERT_EQUAL(q.norm.ignore_value, 65535);
+    CU_ASSERT_EQUAL(q.norm.bands[0], 7);
+    CU_ASSERT_EQUAL(memcmp(q.components, p.components, sizeof(double) * 8), 0);
+    CU_ASSERT_EQUAL(memcmp(q.mean, p.mean, sizeof(double) * 4), 0);
+    CU_ASSERT_EQUAL(memcmp(q.norm.scale, p.norm.scale, sizeof(double) * 4), 0);
+    CU_ASSERT_EQUAL(q.explained_variance[1], p.explained_variance[1]);
+    /* truncated and foreign files are refused with the sizes in the message */
+    char *text = NULL;
+    size_t len = 0;
+    HSI_CHECK_OK(hsi_read_file(path, &text, &len));
+    hsi_pca r;
+    HSI_CHECK_FAILS(hsi_pca_parse(&r, text, len - 8, "cut"), HSI_ERR_FORMAT, "expected 360 bytes for 4 features x 2 components, found 352");
+    HSI_CHECK_FAILS(hsi_pca_parse(&r, "ENVI\n", 5, "x.hdr"), HSI_ERR_FORMAT, "not an hsi PCA model");
+    text[31] = 0x7f; /* absurd feature count */
+    HSI_CHECK_FAILS(hsi_pca_parse(&r, text, len, "bad"), HSI_ERR_FORMAT, "bad sizes");
+    hsi_pca_free(&p);
+    free(text);
+    hsi_pca_free(&q);
+    /* applying a model to a cube with another band count is refused */
+    hsi_view w = make_cube(ref("cube", -1), B_ - 1, L_, S_, HSI_U16, BSQ, 0);
+    float *f = malloc(sizeof(float) * (size_t)(2 * L_ * S_));
+    hsi_pca_load(&q, path);
+    HSI_CHECK_FAILS(hsi_fused_run(f, &w, NULL, &q, NULL), HSI_ERR_ARG, "10-band cube");
+    free(f);
+    hsi_pca_free(&q);
+    hsi_view_release(&w);
+    hsi_norm_free(&nm);
+    hsi_stats_free(&s);
+    hsi_view_release(&v);
+}
+
+/* ------------------------------------------------------ band selection */
+
+static void test_bands_parse(void)
+{
+    int64_t *b = NULL, n = 0;
+    HSI_CHECK_OK(hsi_bands_parse(&b, &n, "1-3, 35,40-", 42));
+    int64_t want[] = {0, 1, 2, 34, 39, 40, 41};
+    CU_ASSERT_EQUAL(n, 7);
+    if (n == 7) CU_ASSERT_EQUAL(memcmp(b, want, sizeof want), 0);
+    free(b);
+    HSI_CHECK_OK(hsi_bands_parse(&b, &n, "-2", 42));
+    CU_ASSERT_EQUAL(n, 2);
+    free(b);
+    HSI_CHECK_FAILS(hsi_bands_parse(&b, &n, "1-3,2", 42), HSI_ERR_ARG, "band 2 is listed twice");
+    HSI_CHECK_FAILS(hsi_bands_parse(&b, &n, "0-3", 42), HSI_ERR_ARG, "outside 1..42");
+    HSI_CHECK_FAILS(hsi_bands_parse(&b, &n, "40-50", 42), HSI_ERR_ARG, "outside 1..42");
+    HSI_CHECK_FAILS(hsi_bands_parse(&b, &n, "5-3", 42), HSI_ERR_ARG, "reversed");
+    HSI_CHECK_FAILS(hsi_bands_parse(&b, &n, "1;2", 42), HSI_ERR_ARG, "offset 1");
+    HSI_CHECK_FAILS(hsi_bands_parse(&b, &n, "", 42), HSI_ERR_ARG, "empty");
+    HSI_CHECK_FAILS(hsi_bands_parse(&b, &n, "a", 42), HSI_ERR_ARG, "offset 0");
+
+    double wl[8] = {0.40, 0.70, 1.30, 1.40, 1.50, 1.90, 2.00, 2.50};
+    hsi_wavelengths_to_nm(wl, 8, "Micrometers");
+    CU_ASSERT_DOUBLE_EQUAL(wl[0], 400, 1e-9);
+    HSI_CHECK_OK(hsi_bands_from_wavelengths(&b, &n, "400-1340, 1450-1800,1960-2450", wl, 8));
+    int64_t ww[] = {0, 1, 2, 4, 6};
+    CU_ASSERT_EQUAL(n, 5);
+    if (n == 5) CU_ASSERT_EQUAL(memcmp(b, ww, sizeof ww), 0);
+    int bbl[8] = {1, 0, 1, 1, 1, 1, 1, 1};
+    hsi_bands_drop_bad(b, &n, bbl);
+    CU_ASSERT_EQUAL(n, 4);
+    CU_ASSERT_EQUAL(b[1], 2);
+    free(b);
+    HSI_CHECK_FAILS(hsi_bands_from_wavelengths(&b, &n, "3000-4000", wl, 8), HSI_ERR_ARG, "select no band");
+    HSI_CHECK_FAILS(hsi_bands_from_wavelengths(&b, &n, "400-", wl, 8), HSI_ERR_ARG, "end of the range");
+    double nm[3] = {450, 550, 650};
+    hsi_wavelengths_to_nm(nm, 3, NULL);
+    CU_ASSERT_DOUBLE_EQUAL(nm[2], 650, 0);
+}
+
+static void test_bands_rank_opbs(void)
+{
+    dims();
+    hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_I16, BIL, 0);
+    hsi_stats s;
+    HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
+    int64_t order[64];
+    hsi_bands_rank_variance(order, s.var, B_);
+    const double *ro = ref("rank_variance", B_);
+    for (int64_t i = 0; i < B_; i++) CU_ASSERT_EQUAL(order[i], (int64_t)ro[i]);
+    double *mean = malloc(sizeof(double) * (size_t)B_), *cov = malloc(sizeof(double) * (size_t)(B_ * B_));
+    int64_t n = 0;
+    HSI_CHECK_OK(hsi_covariance(mean, cov, &n, &v, NULL, NULL));
+    CU_ASSERT_EQUAL(n, L_ * S_);
+    int64_t sel[5];
+    double res[5];
+    HSI_CHECK_OK(hsi_bands_opbs(sel, res, cov, B_, 5));
+    const double *op = ref("opbs5", 5);
+    for (int i = 0; i < 5; i++) CU_ASSERT_EQUAL(sel[i], (int64_t)op[i]);
+    CU_ASSERT_EQUAL(sel[0], order[0]); /* OPBS starts with the max-variance band */
+    for (int i = 1; i < 5; i++) CU_ASSERT(res[i] <= res[i - 1] * (1 + 1e-12));
+    HSI_CHECK_FAILS(hsi_bands_opbs(sel, res, cov, B_, 0), HSI_ERR_ARG, "asked for 0");
+    free(mean);
+    free(cov);
+    hsi_stats_free(&s);
+    hsi_view_release(&v);
+}
+
+/* ------------------------------------------------- mapped file streaming */
+
+static void test_mapped_cube(void)
+{
+    dims();
+    hsi_view mem = make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, BIL, 1);
+    const char *path = hsi_test_tmp("cube.bil");
+    FILE *fp = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    fwrite((uint8_t *)mem.buf->data + mem.offset, 2, (size_t)(B_ * L_ * S_), fp);
+    fclose(fp);
+    hsi_buffer *buf = NULL;
+    HSI_CHECK_OK(hsi_buffer_map(&buf, path));
+    hsi_view v;
+    HSI_CHECK_OK(hsi_view_make(&v, buf, 0, HSI_U16, 3, mem.shape, mem.strides, 1));
+    hsi_buffer_release(buf);
+    hsi_stats s;
+    hsi_stats_opts o = {.tile_lines = 1, .n_threads = 2};
+    HSI_CHECK_OK(hsi_stats_compute(&s, &v, &o));
+    check_stats(&s, "all", B_);
+    hsi_stats_free(&s);
+    /* pages released after each tile are read again correctly */
+    HSI_CHECK_OK(hsi_stats_compute(&s, &v, &o));
+    check_stats(&s, "all", B_);
+    hsi_stats_free(&s);
+    hsi_view_release(&v);
+    hsi_view_release(&mem);
+}
+
+HSI_SUITE(kernels_stats, 0, {"stats: 3 dtypes x 3 interleaves x 2 byte orders x 1-3 threads", test_stats_layouts},
+          {"stats: naive reference path", test_stats_reference_path},
+          {"stats: crop + band subset views", test_stats_subview}, {"stats: pixel masks", test_stats_mask},
+          {"stats: data ignore value", test_stats_ignore},
+          {"stats: histogram + percentiles", test_stats_histogram},
+          {"stats: mmap'd cube, tiles released", test_mapped_cube})
+HSI_SUITE(kernels_normalize, 0, {"normalize: zscore/minmax/global/l2, unfused + fused", test_normalize_modes},
+          {"normalize: gain/offset/reflectance scale", test_normalize_calibration})
+HSI_SUITE(kernels_pca, 0, {"pca: sklearn fit on 18 layouts + scores", test_pca_fit_layouts},
+          {"pca: whiten, inverse, variance fraction", test_pca_whiten_inverse_fraction},
+          {"pca: mask, zscore chain, band subset", test_pca_mask_norm_subset},
+          {"pca: save/load + corrupt files", test_pca_save_load})
+HSI_SUITE(kernels_fused, 0, {"fused == unfused (modes, subsets, ignore, layouts, sink)", test_fused_equals_unfused})
+HSI_SUITE(kernels_bands, 0, {"bands: spec, wavelengths, bbl", test_bands_parse},
+          {"bands: variance ranking + OPBS vs numpy", test_bands_rank_opbs})
