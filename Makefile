@@ -25,7 +25,7 @@ TEST_LIBS  := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null || echo -lcunit
 
 WARN    := -Wall -Wextra -Wno-format-truncation -Wno-unused-parameter -Wshadow=local
 CFLAGS  ?= $(OPT) -g
-CFLAGS  += -std=gnu11 -fPIC -pthread $(WARN) -MMD -MP -I. -Iio -Ikernels -Ipipeline -Imodels \
+override CFLAGS += -std=gnu11 -fPIC -pthread $(WARN) -MMD -MP -I. -Iio -Ikernels -Ipipeline -Imodels \
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
 
@@ -37,7 +37,7 @@ TEST_C   := $(sort $(wildcard tests/*.c))
 FUZZ_C   := $(sort $(wildcard tests/fuzz/*.c))
 
 ifneq ($(NVCC),)
-  CFLAGS  += -DHSI_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+  override CFLAGS += -DHSI_HAVE_CUDA=1 -I$(CUDA_HOME)/include
   NVFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -DHSI_HAVE_CUDA=1 -I. -Iio -Ikernels -Ipipeline -Imodels \
              -gencode arch=compute_$(CUDA_ARCH:sm_%=%),code=$(CUDA_ARCH) \
              -gencode arch=compute_$(CUDA_ARCH:sm_%=%),code=compute_$(CUDA_ARCH:sm_%=%) \

@@ -252,6 +252,15 @@ static hsi_status read_gzip(hsi_buffer **out, const char *path, int64_t want)
         if (r == 0) break;
         got += r;
     }
+    {
+        int en = Z_OK;
+        const char *msg = gzerror(gz, &en);
+        if (en != Z_OK) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: gzip stream broken after %lld bytes: %s", path,
+                          (long long)got, msg ? msg : "?");
+            goto cleanup;
+        }
+    }
     if (got < want) {
         st = HSI_FAIL(HSI_ERR_FORMAT,
                       "%s: 'file compression = 1': the gzip stream inflates to %lld bytes, "

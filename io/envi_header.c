@@ -256,7 +256,10 @@ static int parse_f64(const char *s, double *out)
 static const char *excerpt(const char *v, char *buf, size_t n)
 {
     size_t o = 0;
-    for (; *v && o + 4 < n; v++) buf[o++] = (*v == '\n' || *v == '\r') ? ' ' : *v;
+    for (; *v && o + 4 < n; v++) {
+        unsigned char c = (unsigned char)*v;
+        buf[o++] = (c == '\n' || c == '\r' || c == '\t') ? ' ' : (c < 0x20 || c >= 0x7f) ? '?' : (char)c;
+    }
     if (*v) {
         buf[o++] = '.';
         buf[o++] = '.';
@@ -866,9 +869,15 @@ hsi_status hsi_envi_parse(hsi_meta *m, const char *text, size_t len, const char 
      * (0x1A, the DOS end-of-file mark, ends the text) */
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)text[i];
-        if (c == 0x1A) {
-            len = i;
-            break;
+        if (c == 0x1A) { /* only trailing 0x1A / blanks may follow */
+            size_t j = i;
+            while (j < len && (text[j] == 0x1A || is_blank((unsigned char)text[j]) ||
+                               text[j] == '\n'))
+                j++;
+            if (j == len) {
+                len = i;
+                break;
+            }
         }
         if (c < 0x20 && c != '\n' && !is_blank(c)) {
             st = HSI_FAIL(HSI_ERR_FORMAT,
