@@ -63,6 +63,8 @@ static hsi_dtype class_dtype(const matvar_t *v)
     }
 }
 
+static hsi_dtype v5_stored_dtype(const char *path, const char *want);
+
 static void describe(hsi_mat_var *d, const matvar_t *v)
 {
     memset(d, 0, sizeof *d);
@@ -82,7 +84,7 @@ hsi_status hsi_mat_list(hsi_mat_var **vars, int *n, const char *path)
     mat_init();
     mat_t *mat = Mat_Open(path, MAT_ACC_RDONLY);
     if (!mat) return HSI_FAIL(HSI_ERR_FORMAT, "%s: not a readable MATLAB file (%s)", path, mat_why());
-    int cap = 0;
+    int cap = 0, v73 = Mat_GetVersion(mat) == MAT_FT_MAT73;
     matvar_t *v;
     while ((v = Mat_VarReadNextInfo(mat)) != NULL) {
         if (*n == cap) {
@@ -95,8 +97,13 @@ hsi_status hsi_mat_list(hsi_mat_var **vars, int *n, const char *path)
             }
             *vars = nv;
         }
-        describe(&(*vars)[(*n)++], v);
+        hsi_mat_var *d = &(*vars)[(*n)++];
+        describe(d, v);
         Mat_VarFree(v);
+        if (!v73 && d->dtype != HSI_DT_INVALID) { /* the stored type, as read_view will */
+            hsi_dtype stored = v5_stored_dtype(path, d->name);
+            if (stored != HSI_DT_INVALID) d->dtype = stored;
+        }
         if (*n > 100000) break;
     }
     if (*n == 0)

@@ -16,7 +16,8 @@ typedef struct hsi_mat_var {
     char name[64];
     int rank;
     int64_t dims[8];  /* MATLAB dims (rows, cols, ...) */
-    hsi_dtype dtype;  /* HSI_DT_INVALID when not a real numeric/logical array */
+    hsi_dtype dtype;  /* stored type (v5) / class (v7.3); HSI_DT_INVALID when
+                         not a real numeric/logical array */
     int is_complex;
     int is_logical;
 } hsi_mat_var;

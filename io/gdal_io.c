@@ -1,0 +1,682 @@
+/* gdal_io.c — the GDAL bridge: any GDAL raster into a host (band, line,
+ * sample) view read block by block; GeoTIFF and PNG writers; ENVI map info
+ * <-> GDAL geotransform/CRS. GDAL's own messages are captured (quiet error
+ * handler) and folded into hsi errors. Not a zero-copy path. */
+#define _GNU_SOURCE
+#include "gdal_io.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <cpl_conv.h>
+#include <cpl_error.h>
+#include <cpl_string.h>
+#include <gdal.h>
+#include <ogr_srs_api.h>
+
+static void gdal_init(void)
+{
+    static int done;
+    if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) GDALAllRegister();
+}
+
+/* Every entry point runs inside quiet(): GDAL errors are kept, not printed. */
+static void quiet_begin(void)
+{
+    gdal_init();
+    CPLPushErrorHandler(CPLQuietErrorHandler);
+    CPLErrorReset();
+}
+static void quiet_end(void) { CPLPopErrorHandler(); }
+static const char *gdal_why(void)
+{
+    const char *m = CPLGetLastErrorMsg();
+    return m && *m ? m : "no detail from GDAL";
+}
+
+static hsi_dtype from_gdt(GDALDataType t)
+{
+    switch (t) {
+    case GDT_Byte: return HSI_U8;
+    case GDT_UInt16: return HSI_U16;
+    case GDT_Int16: return HSI_I16;
+    case GDT_UInt32: return HSI_U32;
+    case GDT_Int32: return HSI_I32;
+    case GDT_Float32: return HSI_F32;
+    case GDT_Float64: return HSI_F64;
+    case GDT_CFloat32: return HSI_C64;
+    case GDT_CFloat64: return HSI_C128;
+    case GDT_Int64: return HSI_I64;
+    case GDT_UInt64: return HSI_U64;
+    default: return HSI_DT_INVALID;
+    }
+}
+
+static GDALDataType to_gdt(hsi_dtype d)
+{
+    switch (d) {
+    case HSI_U8: return GDT_Byte;
+    case HSI_U16: return GDT_UInt16;
+    case HSI_I16: return GDT_Int16;
+    case HSI_U32: return GDT_UInt32;
+    case HSI_I32: return GDT_Int32;
+    case HSI_F32: return GDT_Float32;
+    case HSI_F64: return GDT_Float64;
+    case HSI_I64: return GDT_Int64;
+    case HSI_U64: return GDT_UInt64;
+    default: return GDT_Unknown;
+    }
+}
+
+/* ------------------------------------------------------- georeferencing */
+
+int hsi_meta_geotransform(const hsi_meta *m, double gt[6])
+{
+    if (!m || !m->map_info.valid) return 0;
+    const hsi_map_info *mi = &m->map_info;
+    if (!(mi->x_size > 0) || !(mi->y_size > 0) || !isfinite(mi->easting) ||
+        !isfinite(mi->northing))
+        return 0;
+    /* GDAL's convention for ENVI "rotation=" (degrees) */
+    double r = mi->rotation * M_PI / 180.0, c = cos(r), s = sin(r);
+    gt[1] = c * mi->x_size;
+    gt[2] = s * mi->y_size;
+    gt[4] = s * mi->x_size;
+    gt[5] = -c * mi->y_size;
+    /* the tie point (ref_x, ref_y) is 1-based: pixel (1, 1) is the upper-left
+     * corner of the first pixel */
+    double px = mi->ref_x - 1.0, py = mi->ref_y - 1.0;
+    gt[0] = mi->easting - px * gt[1] - py * gt[2];
+    gt[3] = mi->northing - px * gt[4] - py * gt[5];
+    return 1;
+}
+
+hsi_status hsi_meta_crs_wkt(char **wkt, const hsi_meta *m)
+{
+    *wkt = NULL;
+    if (!m) return HSI_OK;
+    quiet_begin();
+    OGRSpatialReferenceH srs = OSRNewSpatialReference(NULL);
+    int ok = 0;
+    if (m->coordinate_system && *m->coordinate_system) {
+        char *lines[2] = {m->coordinate_system, NULL};
+        ok = OSRImportFromESRI(srs, lines) == OGRERR_NONE;
+        if (!ok) ok = OSRSetFromUserInput(srs, m->coordinate_system) == OGRERR_NONE;
+    }
+    if (!ok && m->map_info.valid) {
+        const hsi_map_info *mi = &m->map_info;
+        const char *datum = mi->datum;
+        const char *geog = strncasecmp(datum, "NAD-27", 6) == 0   ? "NAD27"
+                           : strncasecmp(datum, "NAD-83", 6) == 0 ? "NAD83"
+                                                                  : "WGS84";
+        if (strcasecmp(mi->projection, "UTM") == 0 && mi->zone > 0) {
+            ok = OSRSetWellKnownGeogCS(srs, geog) == OGRERR_NONE &&
+                 OSRSetUTM(srs, mi->zone, mi->north) == OGRERR_NONE;
+        } else if (strncasecmp(mi->projection, "Geographic", 10) == 0) {
+            ok = OSRSetWellKnownGeogCS(srs, geog) == OGRERR_NONE;
+        }
+    }
+    if (ok) {
+        char *w = NULL;
+        if (OSRExportToWkt(srs, &w) == OGRERR_NONE && w) {
+            *wkt = strdup(w);
+            CPLFree(w);
+        }
+    }
+    OSRDestroySpatialReference(srs);
+    quiet_end();
+    return HSI_OK;
+}
+
+/* Fills map_info / coordinate_system from a GDAL geotransform + WKT. */
+static void meta_from_geo(hsi_meta *m, const double gt[6], const char *wkt)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%.17g, %.17g, %.17g, %.17g, %.17g, %.17g", gt[0], gt[1], gt[2],
+             gt[3], gt[4], gt[5]);
+    hsi_meta_set(m, "geotransform", buf, 1);
+    hsi_map_info *mi = &m->map_info;
+    memset(mi, 0, sizeof *mi);
+    snprintf(mi->projection, sizeof mi->projection, "Arbitrary");
+    snprintf(mi->units, sizeof mi->units, "Meters");
+    OGRSpatialReferenceH srs = NULL;
+    if (wkt && *wkt) {
+        srs = OSRNewSpatialReference(NULL);
+        char *w = (char *)wkt;
+        if (OSRImportFromWkt(srs, &w) != OGRERR_NONE) {
+            OSRDestroySpatialReference(srs);
+            srs = NULL;
+        }
+    }
+    if (srs) {
+        int north = 1, zone = OSRGetUTMZone(srs, &north);
+        const char *d = OSRGetAttrValue(srs, "DATUM", 0);
+        if (d && (strstr(d, "WGS_1984") || strstr(d, "WGS84") || strstr(d, "WGS 84")))
+            snprintf(mi->datum, sizeof mi->datum, "WGS-84");
+        else if (d)
+            snprintf(mi->datum, sizeof mi->datum, "%s", d);
+        if (zone > 0) {
+            snprintf(mi->projection, sizeof mi->projection, "UTM");
+            mi->zone = zone;
+            mi->north = north ? 1 : 0;
+        } else if (OSRIsGeographic(srs)) {
+            snprintf(mi->projection, sizeof mi->projection, "Geographic Lat/Lon");
+            snprintf(mi->units, sizeof mi->units, "Degrees");
+        }
+        OGRSpatialReferenceH esri = OSRClone(srs);
+        char *e = NULL;
+        if (OSRMorphToESRI(esri) == OGRERR_NONE && OSRExportToWkt(esri, &e) == OGRERR_NONE && e) {
+            free(m->coordinate_system);
+            m->coordinate_system = strdup(e);
+        }
+        CPLFree(e);
+        OSRDestroySpatialReference(esri);
+        OSRDestroySpatialReference(srs);
+    }
+    mi->ref_x = mi->ref_y = 1.0;
+    mi->easting = gt[0];
+    mi->northing = gt[3];
+    mi->x_size = hypot(gt[1], gt[4]);
+    mi->y_size = hypot(gt[2], gt[5]);
+    mi->rotation = (gt[2] != 0.0 || gt[4] != 0.0) ? atan2(gt[2], gt[1]) * 180.0 / M_PI : 0.0;
+    mi->valid = 1;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+static hsi_status pick_subdataset(char **chosen, GDALDatasetH ds, const char *path,
+                                  const char *var)
+{
+    char **md = GDALGetMetadata(ds, "SUBDATASETS");
+    int n = 0;
+    for (char **p = md; p && *p; p++)
+        if (strstr(*p, "_NAME=")) n++;
+    *chosen = NULL;
+    if (n == 0)
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: GDAL (%s) found no raster bands and no subdatasets",
+                        path, GDALGetDriverShortName(GDALGetDatasetDriver(ds)));
+    char list[2048];
+    size_t w = 0;
+    list[0] = 0;
+    for (int i = 1; i <= n; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "SUBDATASET_%d_NAME", i);
+        const char *name = CSLFetchNameValue(md, key);
+        if (!name) continue;
+        int hit = n == 1 && !var;
+        if (var) {
+            char *end = NULL;
+            long k = strtol(var, &end, 10);
+            const char *tail = strrchr(name, ':');
+            hit = (end != var && !*end && k == i) || strcmp(var, name) == 0 ||
+                  (tail && strcmp(tail + 1, var) == 0) ||
+                  (tail && tail[1] == '/' && strcmp(tail + 2, var) == 0);
+        }
+        if (hit) {
+            *chosen = strdup(name);
+            return *chosen ? HSI_OK : HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        }
+        int k = snprintf(list + w, sizeof list - w, "%s%d: %s", w ? "; " : "", i, name);
+        if (k > 0 && (size_t)k < sizeof list - w) w += (size_t)k;
+    }
+    return HSI_FAIL(var ? HSI_ERR_NOT_FOUND : HSI_ERR_ARG,
+                    "%s: %s; name one with --var (name or 1-based index). Subdatasets: %s", path,
+                    var ? "no such subdataset" : "several subdatasets", list);
+}
+
+hsi_status hsi_gdal_open(hsi_cube *out, const char *path, const char *var)
+{
+    hsi_status st = HSI_OK;
+    GDALDatasetH ds = NULL;
+    char *sub = NULL;
+    hsi_cube_init(out);
+    quiet_begin();
+    ds = GDALOpenEx(path, GDAL_OF_RASTER | GDAL_OF_READONLY, NULL, NULL, NULL);
+    if (!ds) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: not a format hsi reads (not ENVI, SPE, MATLAB), and GDAL "
+                      "cannot open it either (%s)",
+                      path, gdal_why());
+        goto cleanup;
+    }
+    if (GDALGetRasterCount(ds) == 0 || (var && GDALGetMetadata(ds, "SUBDATASETS"))) {
+        HSI_TRY(pick_subdataset(&sub, ds, path, var));
+        GDALClose(ds);
+        ds = GDALOpenEx(sub, GDAL_OF_RASTER | GDAL_OF_READONLY, NULL, NULL, NULL);
+        if (!ds) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: cannot open subdataset %s (%s)", path, sub,
+                          gdal_why());
+            goto cleanup;
+        }
+    }
+    int64_t B = GDALGetRasterCount(ds), L = GDALGetRasterYSize(ds), S = GDALGetRasterXSize(ds);
+    if (B <= 0 || L <= 0 || S <= 0) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: GDAL reports %lld bands, %lld lines, %lld samples", path,
+                      (long long)B, (long long)L, (long long)S);
+        goto cleanup;
+    }
+    GDALRasterBandH b0 = GDALGetRasterBand(ds, 1);
+    GDALDataType gdt = GDALGetRasterDataType(b0);
+    for (int b = 2; b <= B; b++)
+        if (GDALGetRasterDataType(GDALGetRasterBand(ds, b)) != gdt) {
+            /* mixed types: promote to float64 */
+            gdt = GDT_Float64;
+            break;
+        }
+    hsi_dtype dt = from_gdt(gdt);
+    if (dt == HSI_DT_INVALID) {
+        st = HSI_FAIL(HSI_ERR_UNSUPPORTED, "%s: GDAL data type %s is not supported", path,
+                      GDALGetDataTypeName(gdt));
+        goto cleanup;
+    }
+    int64_t shape[3] = {B, L, S};
+    HSI_TRY(hsi_view_alloc(&out->view, dt, 3, shape, HSI_BUF_HOST));
+    int64_t e = (int64_t)hsi_dtype_size(dt);
+    hsi_progress prog;
+    hsi_progress_begin(&prog, "gdal read", B * L);
+    for (int b = 1; b <= B; b++) {
+        GDALRasterBandH band = GDALGetRasterBand(ds, b);
+        int bx = 0, by = 0;
+        GDALGetBlockSize(band, &bx, &by);
+        if (by <= 0) by = 1;
+        int64_t step = by < 64 ? ((64 + by - 1) / by) * by : by; /* whole blocks */
+        for (int64_t y = 0; y < L; y += step) {
+            int64_t n = L - y < step ? L - y : step;
+            uint8_t *dst = (uint8_t *)out->view.buf->data + ((b - 1) * L + y) * S * e;
+            if (GDALRasterIO(band, GF_Read, 0, (int)y, (int)S, (int)n, dst, (int)S, (int)n, gdt, 0,
+                             0) != CE_None) {
+                hsi_progress_end(&prog);
+                st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL read of band %d lines %lld..%lld failed (%s)",
+                              path, b, (long long)y, (long long)(y + n - 1), gdal_why());
+                goto cleanup;
+            }
+            hsi_progress_update(&prog, (b - 1) * L + y + n);
+        }
+    }
+    hsi_progress_end(&prog);
+
+    hsi_meta *m = &out->meta;
+    m->n_bands = B;
+    m->n_lines = L;
+    m->n_samples = S;
+    m->dtype = dt;
+    m->interleave = HSI_BSQ;
+    m->format = strdup("gdal");
+    out->data_path = strdup(path);
+    if (!m->format || !out->data_path) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    HSI_TRY(hsi_meta_set(m, "gdal driver", GDALGetDriverShortName(GDALGetDatasetDriver(ds)), 0));
+    if (sub) HSI_TRY(hsi_meta_set(m, "gdal subdataset", sub, 0));
+    double gt[6];
+    if (GDALGetGeoTransform(ds, gt) == CE_None) meta_from_geo(m, gt, GDALGetProjectionRef(ds));
+    int has_nd = 0;
+    double nd = GDALGetRasterNoDataValue(b0, &has_nd);
+    if (has_nd) {
+        m->has_ignore_value = 1;
+        m->ignore_value = nd;
+    }
+    int named = 0;
+    for (int b = 1; b <= B; b++) {
+        const char *d = GDALGetDescription(GDALGetRasterBand(ds, b));
+        if (d && *d) named = 1;
+    }
+    if (named) {
+        m->band_names = calloc((size_t)B, sizeof *m->band_names);
+        if (!m->band_names) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        for (int b = 1; b <= B; b++) {
+            const char *d = GDALGetDescription(GDALGetRasterBand(ds, b));
+            m->band_names[b - 1] = strdup(d ? d : "");
+        }
+    }
+    /* classification: colour table and category names of band 1 */
+    GDALColorTableH ct = GDALGetRasterColorTable(b0);
+    char **cats = GDALGetRasterCategoryNames(b0);
+    int nct = ct ? GDALGetColorEntryCount(ct) : 0, ncat = CSLCount(cats);
+    /* GTiff pads colour tables to 256 entries: keep the named ones, or the
+     * entries up to the last non-black colour */
+    int nc = ncat;
+    if (nc == 0 && ct) {
+        for (int i = nct - 1; i >= 0 && !nc; i--) {
+            const GDALColorEntry *ce = GDALGetColorEntry(ct, i);
+            if (ce->c1 || ce->c2 || ce->c3) nc = i + 1;
+        }
+    }
+    if (nc > 65536) nc = 65536;
+    if (nc > 0) {
+        m->n_classes = nc;
+        m->class_names = calloc((size_t)nc, sizeof *m->class_names);
+        m->class_lookup = calloc((size_t)nc * 3, 1);
+        if (!m->class_names || !m->class_lookup) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        for (int i = 0; i < nc; i++) {
+            char dflt[32];
+            snprintf(dflt, sizeof dflt, "Class %d", i);
+            m->class_names[i] = strdup(i < ncat && cats[i][0] ? cats[i] : dflt);
+            if (i < nct) {
+                const GDALColorEntry *ce = GDALGetColorEntry(ct, i);
+                m->class_lookup[3 * i] = (uint8_t)ce->c1;
+                m->class_lookup[3 * i + 1] = (uint8_t)ce->c2;
+                m->class_lookup[3 * i + 2] = (uint8_t)ce->c3;
+            }
+        }
+        m->file_kind = HSI_FILE_CLASSIFICATION;
+    }
+    out->file_size = (int64_t)out->view.buf->size;
+cleanup:
+    if (ds) GDALClose(ds);
+    free(sub);
+    quiet_end();
+    if (st != HSI_OK) hsi_cube_free(out);
+    return st;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+/* Temporary name beside the target; GDAL writes there, then rename. */
+static void tmp_name(char *buf, size_t n, const char *path)
+{
+    static int counter;
+    snprintf(buf, n, "%s.tmp-%d-%d", path, (int)getpid(),
+             __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+}
+
+/* Moves tmp (and tmp.aux.xml when GDAL wrote one) to path. */
+static hsi_status commit_tmp(const char *tmp, const char *path)
+{
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s.aux.xml", tmp);
+    snprintf(b, sizeof b, "%s.aux.xml", path);
+    if (access(a, F_OK) == 0) {
+        if (rename(a, b) != 0) return HSI_FAIL(HSI_ERR_IO, "%s: cannot rename %s", b, a);
+    } else {
+        unlink(b); /* a stale side-car from an older file would lie */
+    }
+    if (rename(tmp, path) != 0) return HSI_FAIL(HSI_ERR_IO, "%s: cannot rename from %s", path, tmp);
+    return HSI_OK;
+}
+
+static void drop_tmp(const char *tmp)
+{
+    char a[4200];
+    snprintf(a, sizeof a, "%s.aux.xml", tmp);
+    unlink(tmp);
+    unlink(a);
+}
+
+static void set_geo(GDALDatasetH ds, const hsi_meta *meta)
+{
+    double gt[6];
+    if (meta && hsi_meta_geotransform(meta, gt)) GDALSetGeoTransform(ds, gt);
+    char *wkt = NULL;
+    if (meta && hsi_meta_crs_wkt(&wkt, meta) == HSI_OK && wkt) GDALSetProjection(ds, wkt);
+    free(wkt);
+}
+
+/* Writes one band of src ((bands, lines, samples) view) in chunks of lines,
+ * converted to dt. */
+static hsi_status write_band(GDALRasterBandH band, const hsi_view *src, int64_t b, hsi_dtype dt,
+                             const char *path)
+{
+    hsi_status st = HSI_OK;
+    hsi_view sub = {0}, packed = {0};
+    int64_t L = src->shape[1], S = src->shape[2];
+    int64_t step = (1 << 22) / (S > 0 ? S : 1);
+    if (step < 1) step = 1;
+    for (int64_t y = 0; y < L; y += step) {
+        int64_t n = L - y < step ? L - y : step;
+        HSI_TRY(hsi_view_bands(&sub, src, b, 1));
+        HSI_TRY(hsi_view_crop(&sub, &sub, y, n, 0, S));
+        HSI_TRY(hsi_view_contiguous(&packed, &sub, dt));
+        if (GDALRasterIO(band, GF_Write, 0, (int)y, (int)S, (int)n, (uint8_t *)packed.buf->data + packed.offset, (int)S,
+                         (int)n, to_gdt(dt), 0, 0) != CE_None) {
+            st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL write of band %lld failed (%s)", path,
+                          (long long)b + 1, gdal_why());
+            goto cleanup;
+        }
+        hsi_view_release(&sub);
+        hsi_view_release(&packed);
+    }
+cleanup:
+    hsi_view_release(&sub);
+    hsi_view_release(&packed);
+    return st;
+}
+
+hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const hsi_meta *meta,
+                                  hsi_dtype out_dtype)
+{
+    hsi_status st = HSI_OK;
+    GDALDatasetH ds = NULL;
+    char tmp[4200];
+    int made = 0;
+    if (cube->ndim != 3)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: GeoTIFF writer expects a (bands, lines, samples) view, "
+                        "got %d dimensions", path, cube->ndim);
+    hsi_dtype dt = out_dtype == HSI_DT_INVALID ? cube->dtype : out_dtype;
+    if (to_gdt(dt) == GDT_Unknown)
+        return HSI_FAIL(HSI_ERR_UNSUPPORTED, "%s: cannot write %s to GeoTIFF", path,
+                        hsi_dtype_name(dt));
+    if (hsi_dtype_is_complex(cube->dtype))
+        return HSI_FAIL(HSI_ERR_UNSUPPORTED, "%s: complex cubes are not written to GeoTIFF", path);
+    int64_t B = cube->shape[0], L = cube->shape[1], S = cube->shape[2];
+    if (B > 65535 || L > INT32_MAX || S > INT32_MAX || B < 1 || L < 1 || S < 1)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: cube of %lld x %lld x %lld cannot be a GeoTIFF", path,
+                        (long long)B, (long long)L, (long long)S);
+    quiet_begin();
+    GDALDriverH drv = GDALGetDriverByName("GTiff");
+    if (!drv) {
+        st = HSI_FAIL(HSI_ERR_UNSUPPORTED, "GDAL has no GTiff driver");
+        goto cleanup;
+    }
+    tmp_name(tmp, sizeof tmp, path);
+    char **opts = NULL;
+    opts = CSLSetNameValue(opts, "TILED", "YES");
+    opts = CSLSetNameValue(opts, "COMPRESS", "DEFLATE");
+    opts = CSLSetNameValue(opts, "INTERLEAVE", "BAND");
+    opts = CSLSetNameValue(opts, "BIGTIFF", "IF_SAFER");
+    ds = GDALCreate(drv, tmp, (int)S, (int)L, (int)B, to_gdt(dt), opts);
+    CSLDestroy(opts);
+    if (!ds) {
+        st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL cannot create the GeoTIFF (%s)", path, gdal_why());
+        goto cleanup;
+    }
+    made = 1;
+    set_geo(ds, meta);
+    for (int64_t b = 0; b < B; b++) {
+        GDALRasterBandH band = GDALGetRasterBand(ds, (int)b + 1);
+        if (meta && meta->band_names && b < meta->n_bands && meta->band_names[b])
+            GDALSetDescription(band, meta->band_names[b]);
+        if (meta && meta->wavelength && b < meta->n_bands) {
+            char v[64];
+            snprintf(v, sizeof v, "%.10g", meta->wavelength[b]);
+            GDALSetMetadataItem(band, "wavelength", v, NULL);
+            GDALSetMetadataItem(band, "wavelength_units",
+                                meta->wavelength_nm ? "nm"
+                                : meta->wavelength_units ? meta->wavelength_units
+                                                         : "",
+                                NULL);
+        }
+        if (meta && meta->has_ignore_value) GDALSetRasterNoDataValue(band, meta->ignore_value);
+        HSI_TRY(write_band(band, cube, b, dt, path));
+    }
+    GDALClose(ds);
+    ds = NULL;
+    if (CPLGetLastErrorType() >= CE_Failure) {
+        st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL failed while writing (%s)", path, gdal_why());
+        goto cleanup;
+    }
+    HSI_TRY(commit_tmp(tmp, path));
+    made = 0;
+cleanup:
+    if (ds) GDALClose(ds);
+    if (made) drop_tmp(tmp);
+    quiet_end();
+    return st;
+}
+
+/* A fixed, distinguishable palette for maps without colours (0 = black). */
+static void default_color(int i, uint8_t rgb[3])
+{
+    static const uint8_t pal[20][3] = {
+        {31, 119, 180}, {255, 127, 14}, {44, 160, 44},   {214, 39, 40},   {148, 103, 189},
+        {140, 86, 75},  {227, 119, 194}, {127, 127, 127}, {188, 189, 34},  {23, 190, 207},
+        {174, 199, 232}, {255, 187, 120}, {152, 223, 138}, {255, 152, 150}, {197, 176, 213},
+        {196, 156, 148}, {247, 182, 210}, {199, 199, 199}, {219, 219, 141}, {158, 218, 229}};
+    if (i == 0) {
+        rgb[0] = rgb[1] = rgb[2] = 0;
+        return;
+    }
+    memcpy(rgb, pal[(i - 1) % 20], 3);
+}
+
+hsi_status hsi_gdal_write_classes(const char *path, const hsi_view *map, int n_classes,
+                                  char *const *names, const uint8_t *rgb, const hsi_meta *geo)
+{
+    hsi_status st = HSI_OK;
+    GDALDatasetH ds = NULL;
+    GDALColorTableH ct = NULL;
+    char **cats = NULL;
+    hsi_view m3 = {0};
+    char tmp[4200];
+    int made = 0;
+    if (map->ndim != 2)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: a class map is (lines, samples), got %d dimensions",
+                        path, map->ndim);
+    double vmax = 0;
+    int64_t idx[2];
+    for (idx[0] = 0; idx[0] < map->shape[0]; idx[0]++)
+        for (idx[1] = 0; idx[1] < map->shape[1]; idx[1]++) {
+            double v = hsi_view_get_f64(map, idx);
+            if (!(v >= 0 && v <= 65535) || v != floor(v))
+                return HSI_FAIL(HSI_ERR_ARG,
+                                "%s: class id %g at line %lld sample %lld is not an integer in "
+                                "0..65535",
+                                path, v, (long long)idx[0], (long long)idx[1]);
+            if (v > vmax) vmax = v;
+        }
+    int n = (int)vmax + 1 > n_classes ? (int)vmax + 1 : n_classes;
+    hsi_dtype dt = n <= 256 ? HSI_U8 : HSI_U16;
+    int64_t shape3[3] = {1, map->shape[0], map->shape[1]};
+    int64_t strides3[3] = {0, map->strides[0], map->strides[1]};
+    st = hsi_view_make(&m3, map->buf, map->offset, map->dtype, 3, shape3, strides3, map->swapped);
+    if (st != HSI_OK) return st;
+    quiet_begin();
+    tmp_name(tmp, sizeof tmp, path);
+    char **opts = CSLSetNameValue(NULL, "COMPRESS", "DEFLATE");
+    ds = GDALCreate(GDALGetDriverByName("GTiff"), tmp, (int)map->shape[1], (int)map->shape[0], 1,
+                    to_gdt(dt), opts);
+    CSLDestroy(opts);
+    if (!ds) {
+        st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL cannot create the GeoTIFF (%s)", path, gdal_why());
+        goto cleanup_q;
+    }
+    made = 1;
+    set_geo(ds, geo);
+    GDALRasterBandH band = GDALGetRasterBand(ds, 1);
+    ct = GDALCreateColorTable(GPI_RGB);
+    for (int i = 0; i < n; i++) {
+        uint8_t c[3];
+        if (rgb && i < n_classes)
+            memcpy(c, rgb + 3 * i, 3);
+        else
+            default_color(i, c);
+        GDALColorEntry ce = {c[0], c[1], c[2], 255};
+        GDALSetColorEntry(ct, i, &ce);
+        char dflt[32];
+        snprintf(dflt, sizeof dflt, i ? "Class %d" : "Unclassified", i);
+        cats = CSLAddString(cats, names && i < n_classes && names[i] ? names[i] : dflt);
+    }
+    if (dt == HSI_U8) GDALSetRasterColorTable(band, ct);
+    GDALSetRasterCategoryNames(band, cats);
+    HSI_TRY(write_band(band, &m3, 0, dt, path));
+    GDALClose(ds);
+    ds = NULL;
+    if (CPLGetLastErrorType() >= CE_Failure) {
+        st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL failed while writing (%s)", path, gdal_why());
+        goto cleanup;
+    }
+    HSI_TRY(commit_tmp(tmp, path));
+    made = 0;
+cleanup:
+    if (ds) GDALClose(ds);
+    if (made) drop_tmp(tmp);
+cleanup_q:
+    if (ct) GDALDestroyColorTable(ct);
+    CSLDestroy(cats);
+    quiet_end();
+    hsi_view_release(&m3);
+    return st;
+}
+
+hsi_status hsi_gdal_write_png(const char *path, const uint8_t *img, int64_t lines,
+                              int64_t samples, int channels)
+{
+    hsi_status st = HSI_OK;
+    GDALDatasetH mem = NULL, png = NULL;
+    char tmp[4200];
+    if (channels != 1 && channels != 3 && channels != 4)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: PNG needs 1, 3 or 4 channels, got %d", path, channels);
+    if (lines < 1 || samples < 1 || lines > 1000000 || samples > 1000000)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: PNG of %lld x %lld pixels refused", path,
+                        (long long)lines, (long long)samples);
+    quiet_begin();
+    GDALDriverH pdrv = GDALGetDriverByName("PNG"), mdrv = GDALGetDriverByName("MEM");
+    if (!pdrv || !mdrv) {
+        st = HSI_FAIL(HSI_ERR_UNSUPPORTED, "GDAL lacks the PNG or MEM driver");
+        goto cleanup;
+    }
+    mem = GDALCreate(mdrv, "", (int)samples, (int)lines, channels, GDT_Byte, NULL);
+    if (!mem) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "%s: GDAL MEM dataset failed (%s)", path, gdal_why());
+        goto cleanup;
+    }
+    for (int c = 0; c < channels; c++) {
+        GDALRasterBandH band = GDALGetRasterBand(mem, c + 1);
+        /* img is (lines, samples, channels): pixel spacing = channels */
+        if (GDALRasterIO(band, GF_Write, 0, 0, (int)samples, (int)lines, (void *)(img + c),
+                         (int)samples, (int)lines, GDT_Byte, channels,
+                         (GSpacing)(samples * channels)) != CE_None) {
+            st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL MEM write failed (%s)", path, gdal_why());
+            goto cleanup;
+        }
+        if (channels >= 3)
+            GDALSetRasterColorInterpretation(band, c == 0   ? GCI_RedBand
+                                                   : c == 1 ? GCI_GreenBand
+                                                   : c == 2 ? GCI_BlueBand
+                                                            : GCI_AlphaBand);
+    }
+    tmp_name(tmp, sizeof tmp, path);
+    png = GDALCreateCopy(pdrv, tmp, mem, FALSE, NULL, NULL, NULL);
+    if (!png) {
+        drop_tmp(tmp);
+        st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL PNG write failed (%s)", path, gdal_why());
+        goto cleanup;
+    }
+    GDALClose(png);
+    png = NULL;
+    /* PNG has no room for PAM metadata we care about: drop any side-car */
+    {
+        char a[4200];
+        snprintf(a, sizeof a, "%s.aux.xml", tmp);
+        unlink(a);
+    }
+    if (rename(tmp, path) != 0) {
+        unlink(tmp);
+        st = HSI_FAIL(HSI_ERR_IO, "%s: cannot rename from %s", path, tmp);
+    }
+cleanup:
+    if (png) GDALClose(png);
+    if (mem) GDALClose(mem);
+    quiet_end();
+    return st;
+}

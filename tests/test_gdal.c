@@ -1,0 +1,218 @@
+/* test_gdal.c — GDAL bridge: reading GeoTIFFs written by GDAL's Python
+ * bindings (tests/fixtures/make_formats_fixtures.py), ENVI (map info) ->
+ * GeoTIFF with the geotransform/CRS checked by GDAL itself, classification
+ * GeoTIFF colour table/categories, PNG size and pixels, content dispatch. */
+#include "test.h"
+
+#include <gdal.h>
+#include <ogr_srs_api.h>
+
+#include "io/cube.h"
+#include "io/gdal_io.h"
+
+#define FIX "tests/fixtures/formats/"
+
+static void test_read_geotiff(void)
+{
+    hsi_cube c;
+    HSI_CHECK_OK(hsi_cube_open(&c, FIX "cube3.tif", NULL));
+    CU_ASSERT_STRING_EQUAL(c.meta.format, "gdal");
+    CU_ASSERT_EQUAL(c.view.dtype, HSI_I16);
+    CU_ASSERT_EQUAL(c.view.shape[0], 3);
+    CU_ASSERT_EQUAL(c.view.shape[1], 5);
+    CU_ASSERT_EQUAL(c.view.shape[2], 6);
+    int bad = 0;
+    int64_t i[3];
+    for (i[0] = 0; i[0] < 3; i[0]++)
+        for (i[1] = 0; i[1] < 5; i[1]++)
+            for (i[2] = 0; i[2] < 6; i[2]++)
+                bad += hsi_view_get_f64(&c.view, i) != 100.0 * i[0] + 10.0 * i[1] + i[2];
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_TRUE(c.meta.map_info.valid);
+    CU_ASSERT_STRING_EQUAL(c.meta.map_info.projection, "UTM");
+    CU_ASSERT_EQUAL(c.meta.map_info.zone, 11);
+    CU_ASSERT_EQUAL(c.meta.map_info.north, 1);
+    HSI_ASSERT_NEAR(c.meta.map_info.easting, 500000.0, 1e-9);
+    HSI_ASSERT_NEAR(c.meta.map_info.northing, 4100000.0, 1e-9);
+    HSI_ASSERT_NEAR(c.meta.map_info.x_size, 15.0, 1e-12);
+    double gt[6];
+    CU_ASSERT_TRUE(hsi_meta_geotransform(&c.meta, gt));
+    HSI_ASSERT_NEAR(gt[5], -15.0, 1e-12);
+    hsi_cube_free(&c);
+}
+
+static int read_expected(double gt[6], int *epsg)
+{
+    FILE *fp = fopen(FIX "geo_envi_expected.txt", "r");
+    if (!fp) return 0;
+    int ok = fscanf(fp, "geotransform %lf %lf %lf %lf %lf %lf\nepsg %d", &gt[0], &gt[1], &gt[2],
+                    &gt[3], &gt[4], &gt[5], epsg) == 7;
+    fclose(fp);
+    return ok;
+}
+
+static void test_envi_to_geotiff(void)
+{
+    double want[6];
+    int epsg = 0;
+    CU_ASSERT_FATAL(read_expected(want, &epsg));
+    hsi_cube c;
+    HSI_CHECK_OK(hsi_cube_open(&c, FIX "geo_envi.hdr", NULL));
+    CU_ASSERT_STRING_EQUAL(c.meta.format, "envi");
+    const char *out = hsi_test_tmp("geo.tif");
+    HSI_CHECK_OK(hsi_gdal_write_geotiff(out, &c.view, &c.meta, HSI_F32));
+
+    /* GDAL itself reads the result */
+    GDALAllRegister();
+    GDALDatasetH ds = GDALOpen(out, GA_ReadOnly);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ds);
+    double gt[6];
+    CU_ASSERT_EQUAL(GDALGetGeoTransform(ds, gt), CE_None);
+    for (int k = 0; k < 6; k++) HSI_ASSERT_NEAR(gt[k], want[k], 1e-9);
+    OGRSpatialReferenceH got = OSRNewSpatialReference(GDALGetProjectionRef(ds));
+    OGRSpatialReferenceH ref = OSRNewSpatialReference(NULL);
+    CU_ASSERT_EQUAL(OSRImportFromEPSG(ref, epsg), OGRERR_NONE);
+    CU_ASSERT_TRUE(OSRIsSame(got, ref));
+    int north = 0;
+    CU_ASSERT_EQUAL(OSRGetUTMZone(got, &north), 11);
+    CU_ASSERT_EQUAL(north, 1);
+    OSRDestroySpatialReference(got);
+    OSRDestroySpatialReference(ref);
+    CU_ASSERT_EQUAL(GDALGetRasterCount(ds), 2);
+    float row[6];
+    CU_ASSERT_EQUAL(GDALRasterIO(GDALGetRasterBand(ds, 2), GF_Read, 0, 3, 6, 1, row, 6, 1,
+                                 GDT_Float32, 0, 0),
+                    CE_None);
+    for (int x = 0; x < 6; x++) HSI_ASSERT_NEAR(row[x], 1.5 + 30 + x, 0);
+    GDALClose(ds);
+
+    /* and our reader round-trips it */
+    hsi_cube r;
+    HSI_CHECK_OK(hsi_cube_open(&r, out, NULL));
+    CU_ASSERT_EQUAL(r.view.dtype, HSI_F32);
+    int64_t i[3] = {1, 4, 5};
+    CU_ASSERT_EQUAL(hsi_view_get_f64(&r.view, i), hsi_view_get_f64(&c.view, i));
+    HSI_ASSERT_NEAR(r.meta.map_info.easting, c.meta.map_info.easting, 1e-9);
+    hsi_cube_free(&r);
+    hsi_cube_free(&c);
+}
+
+static void test_write_classes(void)
+{
+    hsi_view m;
+    int64_t shape[2] = {3, 4};
+    HSI_CHECK_OK(hsi_view_alloc(&m, HSI_I32, 2, shape, HSI_BUF_HOST));
+    int32_t *d = m.buf->data;
+    for (int k = 0; k < 12; k++) d[k] = k % 3;
+    char *names[3] = {"none", "crop", NULL};
+    uint8_t rgb[9] = {0, 0, 0, 10, 20, 30, 200, 100, 50};
+    const char *out = hsi_test_tmp("cls.tif");
+    HSI_CHECK_OK(hsi_gdal_write_classes(out, &m, 3, names, rgb, NULL));
+    GDALDatasetH ds = GDALOpen(out, GA_ReadOnly);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ds);
+    GDALRasterBandH b = GDALGetRasterBand(ds, 1);
+    CU_ASSERT_EQUAL(GDALGetRasterDataType(b), GDT_Byte);
+    GDALColorTableH ct = GDALGetRasterColorTable(b);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ct);
+    const GDALColorEntry *ce = GDALGetColorEntry(ct, 1);
+    CU_ASSERT(ce->c1 == 10 && ce->c2 == 20 && ce->c3 == 30);
+    char **cats = GDALGetRasterCategoryNames(b);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cats);
+    CU_ASSERT_STRING_EQUAL(cats[1], "crop");
+    CU_ASSERT_STRING_EQUAL(cats[2], "Class 2");
+    uint8_t px[12];
+    CU_ASSERT_EQUAL(GDALRasterIO(b, GF_Read, 0, 0, 4, 3, px, 4, 3, GDT_Byte, 0, 0), CE_None);
+    int bad = 0;
+    for (int k = 0; k < 12; k++) bad += px[k] != k % 3;
+    CU_ASSERT_EQUAL(bad, 0);
+    GDALClose(ds);
+    d[5] = 70000;
+    HSI_CHECK_FAILS(hsi_gdal_write_classes(out, &m, 3, names, rgb, NULL), HSI_ERR_ARG,
+                    "line 1 sample 1");
+    hsi_view_release(&m);
+}
+
+static void test_png(void)
+{
+    uint8_t img[5 * 7 * 3];
+    for (int k = 0; k < 5 * 7 * 3; k++) img[k] = (uint8_t)(k * 3);
+    const char *out = hsi_test_tmp("q.png");
+    HSI_CHECK_OK(hsi_gdal_write_png(out, img, 5, 7, 3));
+    FILE *fp = fopen(out, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    uint8_t sig[8];
+    CU_ASSERT_EQUAL(fread(sig, 1, 8, fp), 8);
+    fclose(fp);
+    CU_ASSERT_EQUAL(memcmp(sig, "\x89PNG\r\n\x1a\n", 8), 0);
+    GDALDatasetH ds = GDALOpen(out, GA_ReadOnly);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ds);
+    CU_ASSERT_STRING_EQUAL(GDALGetDriverShortName(GDALGetDatasetDriver(ds)), "PNG");
+    CU_ASSERT_EQUAL(GDALGetRasterXSize(ds), 7);
+    CU_ASSERT_EQUAL(GDALGetRasterYSize(ds), 5);
+    CU_ASSERT_EQUAL(GDALGetRasterCount(ds), 3);
+    uint8_t g[35];
+    CU_ASSERT_EQUAL(GDALRasterIO(GDALGetRasterBand(ds, 2), GF_Read, 0, 0, 7, 5, g, 7, 5, GDT_Byte,
+                                 0, 0),
+                    CE_None);
+    CU_ASSERT_EQUAL(g[2 * 7 + 3], img[(2 * 7 + 3) * 3 + 1]);
+    GDALClose(ds);
+    HSI_CHECK_FAILS(hsi_gdal_write_png(out, img, 5, 7, 2), HSI_ERR_ARG, "1, 3 or 4");
+}
+
+static void test_dispatch(void)
+{
+    hsi_cube c;
+    /* content, not extension: an SPE renamed .dat, a .mat renamed .bin */
+    const char *p = hsi_test_tmp("renamed.dat");
+    char *t = NULL;
+    size_t n = 0;
+    HSI_CHECK_OK(hsi_read_file(FIX "synth_v2_i16.spe", &t, &n));
+    FILE *fp = fopen(p, "wb");
+    fwrite(t, 1, n, fp);
+    fclose(fp);
+    free(t);
+    HSI_CHECK_OK(hsi_cube_open(&c, p, NULL));
+    CU_ASSERT_STRING_EQUAL(c.meta.format, "spe");
+    hsi_cube_free(&c);
+    HSI_CHECK_OK(hsi_read_file(FIX "synth_u16.mat", &t, &n));
+    p = hsi_test_tmp("renamed.bin");
+    fp = fopen(p, "wb");
+    fwrite(t, 1, n, fp);
+    fclose(fp);
+    free(t);
+    HSI_CHECK_OK(hsi_cube_open(&c, p, NULL));
+    CU_ASSERT_STRING_EQUAL(c.meta.format, "mat");
+    hsi_cube_free(&c);
+    /* a .spe that is neither ENVI nor SPE: the failed checks are listed */
+    p = hsi_test_tmp("junk.spe");
+    fp = fopen(p, "wb");
+    for (int k = 0; k < 5000; k++) fputc(k & 0x7f, fp);
+    fclose(fp);
+    HSI_CHECK_FAILS(hsi_cube_open(&c, p, NULL), HSI_ERR_FORMAT, "neither ENVI");
+    CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "datatype @108"));
+    /* a .spe data file with an ENVI side-car is ENVI */
+    p = hsi_test_tmp("cam.spe");
+    fp = fopen(p, "wb");
+    for (int k = 0; k < 2 * 3 * 4 * 2; k++) fputc(k, fp);
+    fclose(fp);
+    fp = fopen(hsi_test_tmp("cam.hdr"), "w");
+    fputs("ENVI\nsamples = 4\nlines = 3\nbands = 2\nheader offset = 0\ndata type = 12\n"
+          "interleave = bil\nbyte order = 0\n",
+          fp);
+    fclose(fp);
+    HSI_CHECK_OK(hsi_cube_open(&c, p, NULL));
+    CU_ASSERT_STRING_EQUAL(c.meta.format, "envi");
+    CU_ASSERT_EQUAL(c.view.shape[0], 2);
+    hsi_cube_free(&c);
+    /* something nobody reads */
+    p = hsi_test_tmp("note.txt");
+    fp = fopen(p, "w");
+    fputs("hello\n", fp);
+    fclose(fp);
+    HSI_CHECK_FAILS(hsi_cube_open(&c, p, NULL), HSI_ERR_FORMAT, "GDAL cannot open it");
+}
+
+HSI_SUITE(gdal, 0, {"read GeoTIFF (GDAL-written)", test_read_geotiff},
+          {"ENVI map info -> GeoTIFF geotransform/CRS", test_envi_to_geotiff},
+          {"classification GeoTIFF", test_write_classes}, {"PNG", test_png},
+          {"open by content", test_dispatch})
