@@ -1,5 +1,9 @@
 /* layer_conv.c — 2-D/3-D convolution kernels, forward and backward, in float
  * and double: im2col over a group of samples + one OpenBLAS gemm per group.
+ * Two column layouts: channels-last (the input group is first transposed to
+ * zero-padded (n, D, H, W, C), so each column row copies kW*C contiguous
+ * values) when C*kW is large, channels-first (rows of oW values, bounds
+ * checked) when it is small (e.g. the first 3-D conv, C = 1).
  * Not a graph node and not a view: packed arrays in, packed arrays out, no
  * allocation (scratch comes from the caller, sized by hsi_conv_workspace_bytes).
  *
@@ -20,9 +24,16 @@ typedef struct conv_geom {
     int64_t in_sp, out_sp, ker_sp; /* D*H*W, oD*oH*oW, kD*kH*kW */
     int64_t ckk;                   /* C * ker_sp: rows of the column matrix */
     int64_t group;                 /* samples per im2col group */
+    int nhwc;                      /* 1: channels-last columns */
+    int64_t dp, hp, wp, pad_sp;    /* padded input dims, Dp*Hp*Wp (channels-last) */
 } conv_geom;
 
-/* Scratch per group: cols (ckk x group*out_sp) + tmp (k x group*out_sp).
+/* Channels-last columns when a row run kW*C is at least this long. */
+#define HSI_CONV_NHWC_MIN_RUN 32
+
+/* Scratch per group: cols (ckk x group*out_sp) + tmp (k x group*out_sp)
+ * (+ the padded channels-last input group (group*pad_sp x C) and two
+ * reordered weight matrices (K x ckk) in the channels-last path).
  * The group is chosen so that the scratch stays around this many elements
  * (bigger gemms run faster, smaller columns stay in cache); tuned on the
  * cnn2d layers (see bench/) — any value gives the same results. */
@@ -43,7 +54,11 @@ static void conv_geom_fill(conv_geom *g, const hsi_conv_dims *d, size_t elem)
     g->out_sp = g->od * g->oh * g->ow;
     g->ker_sp = g->kd * g->kh * g->kw;
     g->ckk = g->c * g->ker_sp;
-    int64_t per = (g->ckk + g->k) * g->out_sp * (int64_t)elem;
+    g->nhwc = g->c * g->kw >= HSI_CONV_NHWC_MIN_RUN;
+    g->dp = g->id + 2 * g->pd, g->hp = g->ih + 2 * g->ph, g->wp = g->iw + 2 * g->pw;
+    g->pad_sp = g->dp * g->hp * g->wp;
+    int64_t per = ((g->ckk + g->k) * g->out_sp + (g->nhwc ? g->pad_sp * g->c : 0)) *
+                  (int64_t)elem;
     int64_t grp = HSI_CONV_GROUP_TARGET_BYTES / (per > 0 ? per : 1);
     if (grp < 1) grp = 1;
     if (grp > g->n) grp = g->n;
@@ -101,7 +116,9 @@ size_t hsi_conv_workspace_bytes(const hsi_conv_dims *d, size_t elem_size)
 {
     conv_geom g;
     conv_geom_fill(&g, d, elem_size);
-    return (size_t)((g.ckk + g.k) * g.group * g.out_sp) * elem_size;
+    int64_t n = (g.ckk + g.k) * g.group * g.out_sp;
+    if (g.nhwc) n += g.group * g.pad_sp * g.c + 2 * g.k * g.ckk;
+    return (size_t)n * elem_size;
 }
 
 /* First ow at which ow*s - p + kk >= 0, and one past the last at which it is
@@ -208,6 +225,103 @@ static void HSI_FN(col2im)(T *dx, const T *cols, const conv_geom *g, int64_t n_g
                 }
 }
 
+/* ------------------------------------------------ channels-last path */
+
+/* xt (n_grp, Dp, Hp, Wp, C) packed, zero borders = x (n_grp, C, D, H, W) packed,
+ * transposed and padded. */
+static void HSI_FN(pack_nhwc)(T *xt, const T *x, const conv_geom *g, int64_t n_grp)
+{
+    if (g->pd || g->ph || g->pw) memset(xt, 0, (size_t)(n_grp * g->pad_sp * g->c) * sizeof(T));
+    for (int64_t s = 0; s < n_grp; s++) {
+        const T *xs = x + s * g->c * g->in_sp;
+        for (int64_t zd = 0; zd < g->id; zd++)
+            for (int64_t zh = 0; zh < g->ih; zh++) {
+                const T *xr = xs + (zd * g->ih + zh) * g->iw; /* + c * in_sp + zw */
+                T *o = xt + ((s * g->dp + zd + g->pd) * g->hp + zh + g->ph) * g->wp * g->c +
+                       g->pw * g->c; /* + zw * C + c */
+                for (int64_t zw = 0; zw < g->iw; zw++)
+                    for (int64_t c = 0; c < g->c; c++) o[zw * g->c + c] = xr[c * g->in_sp + zw];
+            }
+    }
+}
+
+/* dx (n_grp, C, D, H, W) += the interior of dxt (n_grp, Dp, Hp, Wp, C). */
+static void HSI_FN(unpack_nhwc_add)(T *dx, const T *dxt, const conv_geom *g, int64_t n_grp)
+{
+    for (int64_t s = 0; s < n_grp; s++) {
+        T *xs = dx + s * g->c * g->in_sp;
+        for (int64_t zd = 0; zd < g->id; zd++)
+            for (int64_t zh = 0; zh < g->ih; zh++) {
+                T *xr = xs + (zd * g->ih + zh) * g->iw;
+                const T *o = dxt +
+                             ((s * g->dp + zd + g->pd) * g->hp + zh + g->ph) * g->wp * g->c +
+                             g->pw * g->c;
+                for (int64_t c = 0; c < g->c; c++)
+                    for (int64_t zw = 0; zw < g->iw; zw++) xr[c * g->in_sp + zw] += o[zw * g->c + c];
+            }
+    }
+}
+
+/* cols (n_grp*out_sp, ckk) packed: row (s, od, oh, ow), column (kd, kh, kw, c),
+ * from xt (n_grp, Dp, Hp, Wp, C). Each (row, kd, kh) is one run of kW*C. */
+static void HSI_FN(im2col_nhwc)(T *cols, const T *xt, const conv_geom *g, int64_t n_grp)
+{
+    size_t run = (size_t)(g->kw * g->c) * sizeof(T);
+    T *row = cols;
+    for (int64_t s = 0; s < n_grp; s++)
+        for (int64_t od = 0; od < g->od; od++)
+            for (int64_t oh = 0; oh < g->oh; oh++)
+                for (int64_t ow = 0; ow < g->ow; ow++)
+                    for (int64_t kd = 0; kd < g->kd; kd++)
+                        for (int64_t kh = 0; kh < g->kh; kh++, row += g->kw * g->c)
+                            memcpy(row,
+                                   xt + (((s * g->dp + od * g->sd + kd) * g->hp + oh * g->sh +
+                                          kh) * g->wp + ow * g->sw) * g->c,
+                                   run);
+}
+
+/* dxt (n_grp, Dp, Hp, Wp, C) += the rows of cols folded back. */
+static void HSI_FN(col2im_nhwc)(T *dxt, const T *cols, const conv_geom *g, int64_t n_grp)
+{
+    int64_t run = g->kw * g->c;
+    const T *row = cols;
+    for (int64_t s = 0; s < n_grp; s++)
+        for (int64_t od = 0; od < g->od; od++)
+            for (int64_t oh = 0; oh < g->oh; oh++)
+                for (int64_t ow = 0; ow < g->ow; ow++)
+                    for (int64_t kd = 0; kd < g->kd; kd++)
+                        for (int64_t kh = 0; kh < g->kh; kh++, row += run) {
+                            T *o = dxt + (((s * g->dp + od * g->sd + kd) * g->hp + oh * g->sh +
+                                           kh) * g->wp + ow * g->sw) * g->c;
+                            for (int64_t i = 0; i < run; i++) o[i] += row[i];
+                        }
+}
+
+/* wr (K, kD, kH, kW, C) = w (K, C, kD, kH, kW) reordered. */
+static void HSI_FN(reorder_w)(T *wr, const T *w, const conv_geom *g)
+{
+    for (int64_t k = 0; k < g->k; k++)
+        for (int64_t c = 0; c < g->c; c++)
+            for (int64_t q = 0; q < g->ker_sp; q++)
+                wr[(k * g->ker_sp + q) * g->c + c] = w[(k * g->c + c) * g->ker_sp + q];
+}
+
+/* ------------------------------------------------------------- entry points */
+
+/* y (N, K, out_sp) for samples n0.. = tmp (K x ng*out_sp) + b */
+static void HSI_FN(scatter_out)(T *y, const T *tmp, const T *b, const conv_geom *g, int64_t n0,
+                                int64_t ng)
+{
+    int64_t cols_n = ng * g->out_sp;
+    for (int64_t s = 0; s < ng; s++)
+        for (int64_t k = 0; k < g->k; k++) {
+            T *yo = y + ((n0 + s) * g->k + k) * g->out_sp;
+            const T *t = tmp + k * cols_n + s * g->out_sp;
+            T bias = b ? b[k] : (T)0;
+            for (int64_t o = 0; o < g->out_sp; o++) yo[o] = t[o] + bias;
+        }
+}
+
 void HSI_FN(hsi_conv_forward)(T *y, const T *x, const T *w, const T *b,
                               const hsi_conv_dims *d, void *ws)
 {
@@ -215,22 +329,26 @@ void HSI_FN(hsi_conv_forward)(T *y, const T *x, const T *w, const T *b,
     conv_geom_fill(&g, d, sizeof(T));
     T *cols = (T *)ws;
     T *tmp = cols + g.ckk * g.group * g.out_sp;
+    T *xt = tmp + g.k * g.group * g.out_sp; /* channels-last only: */
+    T *wr = xt + g.group * g.pad_sp * g.c;
+    if (g.nhwc) HSI_FN(reorder_w)(wr, w, &g);
     for (int64_t n0 = 0; n0 < g.n; n0 += g.group) {
         int64_t ng = g.n - n0 < g.group ? g.n - n0 : g.group;
         int64_t cols_n = ng * g.out_sp;
         const T *xg = x + n0 * g.c * g.in_sp;
-        HSI_FN(im2col)(cols, xg, &g, ng);
-        /* tmp (K x cols_n) = w (K x CKK, row-major, ld CKK) * cols (CKK x cols_n, ld cols_n) */
-        HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.k, (int)cols_n, (int)g.ckk,
-                 1, w, (int)g.ckk, cols, (int)cols_n, 0, tmp, (int)cols_n);
-        /* y[n0+s][k][:] = tmp[k][s*out_sp : (s+1)*out_sp] + b[k] */
-        for (int64_t s = 0; s < ng; s++)
-            for (int64_t k = 0; k < g.k; k++) {
-                T *yo = y + ((n0 + s) * g.k + k) * g.out_sp;
-                const T *t = tmp + k * cols_n + s * g.out_sp;
-                T bias = b ? b[k] : (T)0;
-                for (int64_t o = 0; o < g.out_sp; o++) yo[o] = t[o] + bias;
-            }
+        if (g.nhwc) {
+            HSI_FN(pack_nhwc)(xt, xg, &g, ng);
+            HSI_FN(im2col_nhwc)(cols, xt, &g, ng);
+            /* tmp (K x cols_n) = wr (K x CKK, ld CKK) * cols^T; cols is cols_n x CKK, ld CKK */
+            HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.k, (int)cols_n,
+                     (int)g.ckk, 1, wr, (int)g.ckk, cols, (int)g.ckk, 0, tmp, (int)cols_n);
+        } else {
+            HSI_FN(im2col)(cols, xg, &g, ng);
+            /* tmp (K x cols_n) = w (K x CKK, ld CKK) * cols (CKK x cols_n, ld cols_n) */
+            HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.k, (int)cols_n,
+                     (int)g.ckk, 1, w, (int)g.ckk, cols, (int)cols_n, 0, tmp, (int)cols_n);
+        }
+        HSI_FN(scatter_out)(y, tmp, b, &g, n0, ng);
     }
 }
 
@@ -259,27 +377,58 @@ void HSI_FN(hsi_conv_backward)(T *dx, T *dw, T *db, const T *dy, const T *x, con
     if (!dw && !dx) return;
     T *cols = (T *)ws;
     T *tmp = cols + g.ckk * g.group * g.out_sp;
+    T *xt = tmp + g.k * g.group * g.out_sp; /* channels-last only: */
+    T *wr = xt + g.group * g.pad_sp * g.c;
+    T *dwr = wr + g.k * g.ckk;
+    if (g.nhwc && dx) HSI_FN(reorder_w)(wr, w, &g);
     for (int64_t n0 = 0; n0 < g.n; n0 += g.group) {
         int64_t ng = g.n - n0 < g.group ? g.n - n0 : g.group;
         int64_t cols_n = ng * g.out_sp;
+        const T *xg = x + n0 * g.c * g.in_sp;
         /* tmp (K x cols_n): dy of this group, samples side by side */
         for (int64_t s = 0; s < ng; s++)
             for (int64_t k = 0; k < g.k; k++)
                 memcpy(tmp + k * cols_n + s * g.out_sp, dy + ((n0 + s) * g.k + k) * g.out_sp,
                        (size_t)g.out_sp * sizeof(T));
-        if (dw) {
-            HSI_FN(im2col)(cols, x + n0 * g.c * g.in_sp, &g, ng);
-            /* dw (K x CKK) += tmp (K x cols_n) * cols^T (cols_n x CKK); cols is CKK x cols_n */
-            HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.k, (int)g.ckk, (int)cols_n,
-                     1, tmp, (int)cols_n, cols, (int)cols_n, 1, dw, (int)g.ckk);
-        }
-        if (dx) {
-            /* cols (CKK x cols_n) = w^T (CKK x K; w is K x CKK, ld CKK) * tmp (K x cols_n) */
-            HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g.ckk, (int)cols_n, (int)g.k,
-                     1, w, (int)g.ckk, tmp, (int)cols_n, 0, cols, (int)cols_n);
-            HSI_FN(col2im)(dx + n0 * g.c * g.in_sp, cols, &g, ng);
+        if (g.nhwc) {
+            if (dw) {
+                HSI_FN(pack_nhwc)(xt, xg, &g, ng);
+                HSI_FN(im2col_nhwc)(cols, xt, &g, ng);
+                /* dwr (K x CKK) (+)= tmp (K x cols_n) * cols (cols_n x CKK) */
+                HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.k, (int)g.ckk,
+                         (int)cols_n, 1, tmp, (int)cols_n, cols, (int)g.ckk, n0 ? 1 : 0, dwr,
+                         (int)g.ckk);
+            }
+            if (dx) {
+                /* cols (cols_n x CKK) = tmp^T (cols_n x K; tmp is K x cols_n) * wr (K x CKK) */
+                HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols_n, (int)g.ckk,
+                         (int)g.k, 1, tmp, (int)cols_n, wr, (int)g.ckk, 0, cols, (int)g.ckk);
+                memset(xt, 0, (size_t)(ng * g.pad_sp * g.c) * sizeof(T));
+                HSI_FN(col2im_nhwc)(xt, cols, &g, ng);
+                HSI_FN(unpack_nhwc_add)(dx + n0 * g.c * g.in_sp, xt, &g, ng);
+            }
+        } else {
+            if (dw) {
+                HSI_FN(im2col)(cols, xg, &g, ng);
+                /* dw (K x CKK) += tmp (K x cols_n) * cols^T; cols is CKK x cols_n */
+                HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.k, (int)g.ckk,
+                         (int)cols_n, 1, tmp, (int)cols_n, cols, (int)cols_n, 1, dw,
+                         (int)g.ckk);
+            }
+            if (dx) {
+                /* cols (CKK x cols_n) = w^T (CKK x K; w is K x CKK) * tmp (K x cols_n) */
+                HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g.ckk, (int)cols_n,
+                         (int)g.k, 1, w, (int)g.ckk, tmp, (int)cols_n, 0, cols, (int)cols_n);
+                HSI_FN(col2im)(dx + n0 * g.c * g.in_sp, cols, &g, ng);
+            }
         }
     }
+    if (g.nhwc && dw)
+        /* dw (K, C, kk) += dwr (K, kk, C) */
+        for (int64_t k = 0; k < g.k; k++)
+            for (int64_t c = 0; c < g.c; c++)
+                for (int64_t q = 0; q < g.ker_sp; q++)
+                    dw[(k * g.c + c) * g.ker_sp + q] += dwr[(k * g.ker_sp + q) * g.c + c];
 }
 
 #undef T

@@ -321,6 +321,11 @@ static const conv_case conv_cases[] = {
     {3, 2, 2, 3, {5, 6, 5}, {3, 3, 2}, {1, 2, 1}, {1, 0, 1}, 1},
     {3, 3, 8, 4, {12, 12, 12}, {3, 3, 3}, {1, 1, 1}, {0, 0, 0}, 1}, /* several groups */
     {2, 40, 16, 16, {11, 11}, {3, 3}, {1, 1}, {1, 1}, 1},          /* several groups */
+    /* C * kW >= 32: the channels-last path */
+    {2, 2, 16, 3, {7, 6}, {3, 2}, {2, 3}, {0, 1}, 1},
+    {2, 3, 8, 5, {6, 7}, {5, 5}, {1, 2}, {2, 2}, 0},
+    {3, 2, 11, 3, {5, 6, 5}, {3, 3, 3}, {1, 2, 1}, {1, 0, 1}, 1},
+    {2, 20, 32, 8, {24, 24}, {3, 3}, {1, 1}, {1, 1}, 1},           /* several groups */
 };
 
 /* Forward and backward (all gradients, accumulating onto a prefilled value)
@@ -408,6 +413,7 @@ static void test_conv_gradcheck(void)
     int bad = 0;
     for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++) {
         const conv_case *cc = &conv_cases[i];
+        if (cc->n * cc->c * cc->in[0] * cc->in[1] > 20000) continue; /* the big ones: above */
         conv_fd_ctx c;
         HSI_CHECK_OK(hsi_conv_dims_init(&c.d, cc->nd, cc->n, cc->c, cc->k, cc->in, cc->ker,
                                         cc->stride, cc->pad));
@@ -487,6 +493,8 @@ static void test_conv_pytorch(void)
     run_conv_fixture("conv2d_cnn2d_like");
     run_conv_fixture("conv3d_mixed");
     run_conv_fixture("conv3d_hybridsn_like");
+    run_conv_fixture("conv2d_nhwc_stride");
+    run_conv_fixture("conv3d_nhwc_mixed");
 }
 
 /* ------------------------------------------------------------- pooling */
