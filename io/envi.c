@@ -221,10 +221,17 @@ static int looks_like_header(const char *path)
 static void release_host_gz(hsi_buffer *b) { hsi_aligned_free(b->data); }
 
 /* Inflates a gzip data file into a host buffer of exactly `want` bytes. */
-static hsi_status read_gzip(hsi_buffer **out, const char *path, int64_t want)
+static hsi_status read_gzip(hsi_buffer **out, const char *path, int64_t want,
+                            int64_t file_size)
 {
     hsi_status st = HSI_OK;
     *out = NULL;
+    /* deflate expands at most ~1032:1: refuse before allocating */
+    if (want / 1100 > file_size + 1024)
+        return HSI_FAIL(HSI_ERR_FORMAT,
+                        "%s: 'file compression = 1': a %lld-byte gzip file cannot inflate to the "
+                        "%lld bytes the header describes",
+                        path, (long long)file_size, (long long)want);
     if ((uint64_t)want > (uint64_t)SIZE_MAX - 64)
         return HSI_FAIL(HSI_ERR_OVERFLOW, "%s: %lld bytes do not fit in memory", path,
                         (long long)want);
@@ -424,7 +431,7 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path)
     HSI_TRY(compute_layout(&ly, m, hdr));
     int64_t found;
     if (m->file_compression == 1) {
-        HSI_TRY(read_gzip(&buf, data, ly.nominal));
+        HSI_TRY(read_gzip(&buf, data, ly.nominal, (int64_t)dsb.st_size));
         found = (int64_t)buf->size;
         out->file_size = (int64_t)dsb.st_size;
     } else {

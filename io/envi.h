@@ -16,7 +16,15 @@ extern "C" {
  * (initialised here). `name` is used in messages (the header's path).
  * Checks syntax and required keys (samples, lines, bands, data type,
  * interleave) and fills every typed field it understands; non-fatal
- * problems go to m->warnings. */
+ * problems go to m->warnings.
+ * Policies (envi_header.c): caps samples/lines <= 2^31-1, bands <= 2^20,
+ * header <= 64 MiB; a missing 'byte order' means 0 (warned); per-band lists
+ * with the wrong count are warned and left NULL (kept verbatim), except a
+ * spectral library's per-sample wavelength list (kept verbatim, no warning);
+ * wavelengths (and fwhm) are converted to nm when the units are known, or
+ * guessed from the range (0.2-30 -> um, 200-30000 -> nm, warned) when the
+ * units are absent/'Unknown'. Gain/offset, ignore value and reflectance
+ * scale are metadata only: no reader or view applies them. */
 hsi_status hsi_envi_parse(hsi_meta *m, const char *text, size_t len, const char *name);
 
 /* Opens an ENVI cube given its header or its data file. The data file is

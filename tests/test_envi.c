@@ -721,6 +721,40 @@ static void test_open_sparse_large(void)
     unlink(p);
 }
 
+/* The writer converts tile by tile: host memory held while writing a
+ * 24 MiB cube from a mapped (uncounted) file stays near one tile. */
+static void test_writer_bounded_memory(void)
+{
+    const int64_t B = 3, L = 1024, S = 4096; /* uint16: 24 MiB */
+    const char *p = hsi_test_tmp("mem_src.img");
+    FILE *fp = fopen(p, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    CU_ASSERT_EQUAL_FATAL(ftruncate(fileno(fp), (off_t)(B * L * S * 2)), 0);
+    fclose(fp);
+    write_text(hsi_test_tmp("mem_src.hdr"), "ENVI\nsamples = 4096\nlines = 1024\nbands = 3\n"
+                                            "header offset = 0\ndata type = 12\n"
+                                            "interleave = bip\nbyte order = 0\n");
+    hsi_cube c;
+    HSI_CHECK_OK(hsi_envi_open(&c, hsi_test_tmp("mem_src.hdr")));
+    int64_t before = hsi_buffer_live_bytes(HSI_BUF_HOST);
+    hsi_envi_writer *w = NULL;
+    hsi_envi_write_options o;
+    hsi_envi_write_options_init(&o);
+    o.interleave = HSI_BSQ;
+    o.dtype = HSI_F32; /* 48 MiB out */
+    HSI_CHECK_OK(hsi_envi_writer_open(&w, hsi_test_tmp("mem_dst.hdr"), &c.meta, B, L, S, &o));
+    HSI_CHECK_OK(hsi_envi_writer_write(w, &c.view));
+    int64_t held = hsi_buffer_live_bytes(HSI_BUF_HOST) - before;
+    CU_ASSERT(held > 0 && held <= ((int64_t)9 << 20));
+    HSI_CHECK_OK(hsi_envi_writer_finish(w));
+    hsi_cube_free(&c);
+    HSI_CHECK_OK(hsi_envi_open(&c, hsi_test_tmp("mem_dst.hdr")));
+    CU_ASSERT_EQUAL(c.file_size, B * L * S * 4);
+    hsi_cube_free(&c);
+    unlink(hsi_test_tmp("mem_dst"));
+    unlink(p);
+}
+
 HSI_SUITE(envi, 0, {"parse syntax (case, comments, braces, CRLF)", test_parse_syntax},
           {"parse vendor first line, defaults, duplicates", test_parse_vendor_and_defaults},
           {"parse typed metadata", test_parse_typed},
@@ -730,4 +764,5 @@ HSI_SUITE(envi, 0, {"parse syntax (case, comments, braces, CRLF)", test_parse_sy
           {"streaming writer, abort", test_writer_streaming_abort},
           {"finding data and header files", test_find_files}, {"gzip data", test_gzip},
           {"major frame offsets", test_major_frames}, {"size checks", test_size_checks},
-          {"open a sparse 8 GiB cube", test_open_sparse_large})
+          {"open a sparse 8 GiB cube", test_open_sparse_large},
+          {"writer memory stays at one tile", test_writer_bounded_memory})
