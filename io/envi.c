@@ -365,12 +365,34 @@ static hsi_status size_error(const char *data, const hsi_meta *m, const layout *
                     hint);
 }
 
+hsi_status hsi_envi_read_header(hsi_meta *m, const char *hdr)
+{
+    hsi_status st = HSI_OK;
+    char *text = NULL;
+    size_t tlen = 0;
+    struct stat hsb;
+    hsi_meta_init(m);
+    if (stat(hdr, &hsb) != 0)
+        return HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", hdr, strerror(errno));
+    if (!S_ISREG(hsb.st_mode))
+        return HSI_FAIL(HSI_ERR_ARG, "%s: not a regular file, expected an ENVI header", hdr);
+    if ((int64_t)hsb.st_size > MAX_HEADER_FILE)
+        return HSI_FAIL(HSI_ERR_FORMAT,
+                        "%s: not an ENVI header: %lld bytes, more than the %lld MiB cap for a "
+                        "header",
+                        hdr, (long long)hsb.st_size, (long long)(MAX_HEADER_FILE >> 20));
+    HSI_TRY(hsi_read_file(hdr, &text, &tlen));
+    HSI_TRY(hsi_envi_parse(m, text, tlen, hdr));
+cleanup:
+    free(text);
+    return st;
+}
+
 hsi_status hsi_envi_open(hsi_cube *out, const char *path)
 {
     hsi_status st = HSI_OK;
-    char *hdr = NULL, *data = NULL, *text = NULL;
+    char *hdr = NULL, *data = NULL;
     hsi_buffer *buf = NULL;
-    size_t tlen = 0;
     struct stat sb;
     hsi_cube_init(out);
 
@@ -394,15 +416,7 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path)
         st = HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", hdr, strerror(errno));
         goto cleanup;
     }
-    if ((int64_t)hsb.st_size > MAX_HEADER_FILE) {
-        st = HSI_FAIL(HSI_ERR_FORMAT,
-                      "%s: not an ENVI header: %lld bytes, more than the %lld MiB cap for a "
-                      "header",
-                      hdr, (long long)hsb.st_size, (long long)(MAX_HEADER_FILE >> 20));
-        goto cleanup;
-    }
-    HSI_TRY(hsi_read_file(hdr, &text, &tlen));
-    HSI_TRY(hsi_envi_parse(&out->meta, text, tlen, hdr));
+    HSI_TRY(hsi_envi_read_header(&out->meta, hdr));
     const hsi_meta *m = &out->meta;
 
     if (m->minor_frame_offsets[0] || m->minor_frame_offsets[1]) {
@@ -476,7 +490,6 @@ nomem:
     st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
 cleanup:
     hsi_buffer_release(buf);
-    free(text);
     free(hdr);
     free(data);
     if (st != HSI_OK) hsi_cube_free(out);

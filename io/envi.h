@@ -27,6 +27,10 @@ extern "C" {
  * scale are metadata only: no reader or view applies them. */
 hsi_status hsi_envi_parse(hsi_meta *m, const char *text, size_t len, const char *name);
 
+/* Reads and parses a header file (size capped at 64 MiB) without looking
+ * for its data: what `hsi info` shows when the data file is missing. */
+hsi_status hsi_envi_read_header(hsi_meta *m, const char *hdr_path);
+
 /* Opens an ENVI cube given its header or its data file. The data file is
  * mapped (gzip-compressed files are inflated into a host buffer) and
  * out->view is a (band, line, sample) view over it. */

@@ -383,6 +383,11 @@ hsi_status hsi_envi_writer_open(hsi_envi_writer **out, const char *hdr_path, con
     }
     memcpy(data_path, hdr_path, n - 4);
     strcpy(data_path + n - 4, ext);
+    if (!strcasecmp(data_path, hdr_path)) {
+        st = HSI_FAIL(HSI_ERR_ARG, "%s: data_ext '%s' would name the data file as the header",
+                      hdr_path, ext);
+        goto cleanup;
+    }
     HSI_TRY(hsi_atomic_open(&w->data, data_path));
     HSI_TRY(hsi_atomic_open(&w->hdr, hdr_path));
     /* full size at once: zeros for the header offset, a sparse file until

@@ -540,6 +540,9 @@ static void test_writer_streaming_abort(void)
     hsi_envi_writer_abort(w);
     HSI_CHECK_FAILS(hsi_envi_writer_open(&w, "no_suffix", NULL, 2, 6, 3, &o), HSI_ERR_ARG,
                     "must end in .hdr");
+    o.data_ext = ".HDR";
+    HSI_CHECK_FAILS(hsi_envi_writer_open(&w, hdr, NULL, 2, 6, 3, &o), HSI_ERR_ARG,
+                    "would name the data file as the header");
     CU_ASSERT_EQUAL(count_files(dir), 0);
     hsi_view_release(&src);
 }
@@ -590,6 +593,11 @@ static void test_find_files(void)
     write_text(p, small_hdr);
     HSI_CHECK_FAILS(hsi_envi_open(&c, p), HSI_ERR_NOT_FOUND, "nodata.img, nodata.dat, nodata.raw");
     HSI_CHECK_FAILS(hsi_envi_open(&c, p), HSI_ERR_NOT_FOUND, "nodata.hyspex, nodata.pix");
+    /* ... while the header alone still reads (what `hsi info` shows) */
+    hsi_meta hm;
+    HSI_CHECK_OK(hsi_envi_read_header(&hm, p));
+    CU_ASSERT(hm.n_samples == 2 && hm.n_lines == 2 && hm.dtype == HSI_U8);
+    hsi_meta_free(&hm);
     /* header named as its own data file */
     snprintf(p, sizeof p, "%s/selfish", dir);
     write_text(p, small_hdr);
