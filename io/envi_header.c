@@ -28,7 +28,7 @@ typedef struct strv {
 
 static void strv_free(strv *s)
 {
-    for (int64_t i = 0; i < s->n; i++) free(s->v[i]);
+    for (int64_t i = 0; s->v && i < s->n; i++) free(s->v[i]);
     free(s->v);
     s->v = NULL;
     s->n = 0;
@@ -187,8 +187,10 @@ static char *trim_dup(const char *s, const char *e)
 }
 
 /* Splits a list value at commas; items trimmed; a single trailing empty
- * item (a trailing comma) is dropped; an all-blank value gives 0 items. */
-static hsi_status split_list(strv *out, const char *value, const char *name)
+ * item (a trailing comma) is dropped; an all-blank value gives 0 items.
+ * More than max_items: only the count is returned (out->v NULL), so a
+ * header of commas cannot make millions of allocations. */
+static hsi_status split_list(strv *out, const char *value, const char *name, int64_t max_items)
 {
     out->v = NULL;
     out->n = 0;
@@ -197,6 +199,12 @@ static hsi_status split_list(strv *out, const char *value, const char *name)
     if (!*s) return HSI_OK;
     int64_t n = 1;
     for (const char *c = s; *c; c++) n += *c == ',';
+    if (n > max_items + 1) { /* +1: a trailing comma */
+        const char *e = s + strlen(s);
+        while (e > s && (is_blank((unsigned char)e[-1]) || e[-1] == '\n')) e--;
+        out->n = (e > s && e[-1] == ',') ? n - 1 : n;
+        return HSI_OK;
+    }
     out->v = calloc((size_t)n, sizeof *out->v);
     if (!out->v) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory parsing %s", name);
     const char *a = s;
@@ -462,9 +470,9 @@ static hsi_status band_doubles(parser *p, const char *key, double **out)
     const hsi_kv *kv = pget(p, key);
     if (!kv) return HSI_OK;
     strv items;
-    hsi_status st = split_list(&items, kv->value, p->name);
+    hsi_status st = split_list(&items, kv->value, p->name, p->m->n_bands);
     if (st != HSI_OK) return st;
-    if (items.n != p->m->n_bands) {
+    if (!items.v || items.n != p->m->n_bands) {
         /* a spectral library's spectral axis is its samples: kept as text */
         if (p->m->file_kind == HSI_FILE_SPECLIB && items.n == p->m->n_samples) goto done;
         pwarn(p, "'%s' has %lld values for %lld bands (ignored)", key, (long long)items.n,
@@ -495,9 +503,9 @@ static void parse_map_info(parser *p, const char *value)
     hsi_map_info *mi = &p->m->map_info;
     memset(mi, 0, sizeof *mi);
     strv it;
-    if (split_list(&it, value, p->name) != HSI_OK) return;
+    if (split_list(&it, value, p->name, 64) != HSI_OK) return;
     double num[6];
-    if (it.n < 7) {
+    if (!it.v || it.n < 7) {
         pwarn(p, "'map info' has %lld items, expected at least 7 (not used)", (long long)it.n);
         goto done;
     }
@@ -637,7 +645,7 @@ static hsi_status parse_typed(parser *p)
     for (int f = 0; f < 2; f++) {
         kv = pget(p, frames[f]);
         if (!kv) continue;
-        HSI_TRY(split_list(&it, kv->value, p->name));
+        HSI_TRY(split_list(&it, kv->value, p->name, 2));
         if (it.n < 1 || it.n > 2) {
             st = HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must have 1 or 2 values, found %lld",
                           p->name, frames[f], (long long)it.n);
@@ -723,8 +731,8 @@ static hsi_status parse_typed(parser *p)
 
     kv = pget(p, "band names");
     if (kv) {
-        HSI_TRY(split_list(&it, kv->value, p->name));
-        if (it.n == m->n_bands) {
+        HSI_TRY(split_list(&it, kv->value, p->name, m->n_bands));
+        if (it.v && it.n == m->n_bands) {
             m->band_names = it.v;
             it.v = NULL;
             it.n = 0;
@@ -755,8 +763,8 @@ static hsi_status parse_typed(parser *p)
     /* display, geography, text */
     kv = pget(p, "default bands");
     if (kv) {
-        HSI_TRY(split_list(&it, kv->value, p->name));
-        int ok = it.n == 1 || it.n == 3;
+        HSI_TRY(split_list(&it, kv->value, p->name, 3));
+        int ok = it.v && (it.n == 1 || it.n == 3);
         int db[3] = {0, 0, 0};
         for (int64_t i = 0; ok && i < it.n; i++) {
             int64_t b;
@@ -798,8 +806,8 @@ static hsi_status parse_typed(parser *p)
     /* classification */
     kv = pget(p, "class names");
     if (kv) {
-        HSI_TRY(split_list(&it, kv->value, p->name));
-        if (it.n > MAX_CLASSES) {
+        HSI_TRY(split_list(&it, kv->value, p->name, MAX_CLASSES));
+        if (!it.v || it.n > MAX_CLASSES) {
             pwarn(p, "'class names' has %lld names, more than %d (ignored)", (long long)it.n,
                   MAX_CLASSES);
             strv_free(&it);
@@ -824,8 +832,8 @@ static hsi_status parse_typed(parser *p)
     }
     kv = pget(p, "class lookup");
     if (kv && m->n_classes > 0) {
-        HSI_TRY(split_list(&it, kv->value, p->name));
-        int ok = it.n == 3 * (int64_t)m->n_classes;
+        HSI_TRY(split_list(&it, kv->value, p->name, 3 * (int64_t)m->n_classes));
+        int ok = it.v && it.n == 3 * (int64_t)m->n_classes;
         uint8_t *lut = ok ? malloc((size_t)it.n) : NULL;
         if (ok && !lut) goto nomem;
         for (int64_t i = 0; ok && i < it.n; i++) {

@@ -243,6 +243,19 @@ static void test_parse_typed(void)
     CU_ASSERT_PTR_NULL(m.fwhm);
     CU_ASSERT(has_warning(&m, "'fwhm' has 3 values for 2 bands"));
     hsi_meta_free(&m);
+    /* a list of 300000 commas: counted, not split into 300001 strings */
+    const char *head = "ENVI\nsamples = 3\nlines = 2\nbands = 2\ndata type = 5\n"
+                       "interleave = bsq\nbyte order = 0\nband names = {";
+    size_t nh = strlen(head), nc = 300000;
+    char *big = malloc(nh + nc + 3);
+    memcpy(big, head, nh);
+    memset(big + nh, ',', nc);
+    memcpy(big + nh + nc, "}\n", 3);
+    HSI_CHECK_OK(hsi_envi_parse(&m, big, nh + nc + 2, "commas.hdr"));
+    CU_ASSERT_PTR_NULL(m.band_names);
+    CU_ASSERT(has_warning(&m, "'band names' has 300000 names for 2 bands"));
+    hsi_meta_free(&m);
+    free(big);
 }
 
 /* ------------------------------------------------ element encoding */
