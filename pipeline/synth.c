@@ -17,7 +17,7 @@ void hsi_synth_params_init(hsi_synth_params *p)
     p->n_bands = 128;
     p->n_classes = 8;
     p->n_fields = 40;
-    p->noise = 0.02;
+    p->noise = 0.05;
     p->unlabelled_fraction = 0.15;
 }
 
@@ -66,11 +66,11 @@ static const class_model models[] = {
     {0, 0, 0, 0, 0, 0, 0},
     {0, 0, 0, 0, 0.0, 0.0, 1.00},       /* bare soil */
     {1, 0.30, 705, 0.32, 0.10, 0.60, 1.05}, /* dry grass */
-    {1, 1.00, 715, 0.42, 0.50, 0.55, 1.0},  /* young maize */
-    {1, 1.00, 722, 0.50, 0.60, 0.80, 1.0},  /* mature maize */
-    {1, 0.80, 712, 0.45, 0.40, 0.75, 1.0},  /* wheat */
-    {1, 1.20, 718, 0.40, 0.80, 0.45, 1.0},  /* lettuce early */
-    {1, 1.20, 720, 0.46, 0.85, 0.70, 1.0},  /* lettuce late */
+    {1, 1.00, 716, 0.44, 0.55, 0.60, 1.0},  /* young maize */
+    {1, 1.00, 721, 0.48, 0.60, 0.78, 1.0},  /* mature maize */
+    {1, 0.95, 714, 0.45, 0.50, 0.65, 1.0},  /* wheat */
+    {1, 1.05, 717, 0.43, 0.60, 0.58, 1.0},  /* lettuce early */
+    {1, 1.05, 720, 0.47, 0.65, 0.75, 1.0},  /* lettuce late */
     {2, 0, 0, 0, 0, 0, 1.0},            /* asphalt */
 };
 #define N_MODELS ((int)(sizeof models / sizeof *models) - 1)
@@ -143,10 +143,10 @@ hsi_status hsi_synth_scene(hsi_view *cube, hsi_view *labels, hsi_meta *cm, hsi_m
         f[i].cls = i < 2 * K ? i % K + 1 : 1 + (int)(rng_unif(&r) * K);
         f[i].labelled = i < 2 * K || rng_unif(&r) >= p->unlabelled_fraction;
         double c0 = models[f[i].cls].cover;
-        f[i].cover = fmin(0.98, fmax(0.05, c0 + 0.08 * rng_gauss(&r)));
-        f[i].dre = 3.0 * rng_gauss(&r);
-        f[i].dnir = 0.02 * rng_gauss(&r);
-        f[i].soil_b = 1.0 + 0.08 * rng_gauss(&r);
+        f[i].cover = fmin(0.98, fmax(0.05, c0 + 0.15 * rng_gauss(&r)));
+        f[i].dre = 5.0 * rng_gauss(&r);
+        f[i].dnir = 0.04 * rng_gauss(&r);
+        f[i].soil_b = 1.0 + 0.15 * rng_gauss(&r);
     }
     /* smooth illumination: a few random plane waves */
     double amp[4], ky[4], kx[4], ph[4];
@@ -191,7 +191,7 @@ hsi_status hsi_synth_scene(hsi_view *cube, hsi_view *labels, hsi_meta *cm, hsi_m
             double gap = (d2 * d2 - d1 * d1) /
                          (2 * hypot(f[i1].y - f[i2].y, f[i1].x - f[i2].x) + 1e-9);
             double mix = gap < 1.5 ? 0.5 * (1 - gap / 1.5) : 0;
-            double pix_cover = 0.05 * rng_gauss(&r);
+            double pix_cover = 0.15 * rng_gauss(&r);
             const field_t *a = &f[i1], *o = &f[i2];
             for (int b = 0; b < B; b++) {
                 double ra = reflectance(a->cls, wl[b], fmin(0.99, fmax(0, a->cover + pix_cover)),

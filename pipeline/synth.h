@@ -18,7 +18,7 @@ typedef struct hsi_synth_params {
     int n_lines, n_samples, n_bands; /* default 96 x 96 x 128 */
     int n_classes;                   /* default 8 (1..n_classes; 0 = unlabelled) */
     int n_fields;                    /* Voronoi fields, default 40 */
-    double noise;                    /* relative sensor noise, default 0.02 */
+    double noise;                    /* relative sensor noise, default 0.05 */
     double unlabelled_fraction;      /* share of fields left unlabelled, default 0.15 */
 } hsi_synth_params;
 

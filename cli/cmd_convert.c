@@ -1,0 +1,202 @@
+/* cmd_convert.c — `hsi convert IN OUT`: any readable cube to ENVI (any
+ * interleave, dtype, byte order, band subset) or, when OUT ends in .tif, to
+ * GeoTIFF. Streams line tiles, so memory stays bounded whatever the size. */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli.h"
+#include "io/cube.h"
+#include "io/envi.h"
+#include "io/gdal_io.h"
+#include "kernels/bands.h"
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcasecmp(s + a - b, suf) == 0;
+}
+
+/* Copies lines [y0, y0+n) of the selected bands into tile (n_sel, n, S). */
+static hsi_status fill_tile(hsi_view *tile, const hsi_view *cube, const int64_t *sel,
+                            int64_t n_sel, int64_t y0, int64_t n)
+{
+    hsi_status st = HSI_OK;
+    for (int64_t k = 0; k < n_sel && st == HSI_OK; k++) {
+        hsi_view src, dst, srcl, dstl;
+        st = hsi_view_index(&src, cube, 0, sel[k]); /* (L, S) */
+        if (st != HSI_OK) break;
+        st = hsi_view_slice(&srcl, &src, 0, y0, y0 + n, 1);
+        if (st == HSI_OK) {
+            st = hsi_view_index(&dst, tile, 0, k);
+            if (st == HSI_OK) {
+                st = hsi_view_slice(&dstl, &dst, 0, 0, n, 1);
+                if (st == HSI_OK) {
+                    st = hsi_view_copy(&dstl, &srcl);
+                    hsi_view_release(&dstl);
+                }
+                hsi_view_release(&dst);
+            }
+            hsi_view_release(&srcl);
+        }
+        hsi_view_release(&src);
+    }
+    return st;
+}
+
+static hsi_status convert_envi(const char *out, const hsi_cube *c, const int64_t *sel,
+                               int64_t n_sel, const hsi_envi_write_options *o)
+{
+    hsi_status st = HSI_OK;
+    hsi_meta m;
+    hsi_envi_writer *w = NULL;
+    hsi_view tile;
+    memset(&tile, 0, sizeof tile);
+    const int64_t L = c->view.shape[1], S = c->view.shape[2];
+    HSI_TRY(hsi_meta_copy(&m, &c->meta));
+    HSI_TRY(hsi_meta_select_bands(&m, sel, n_sel));
+    /* tiles of about 32 MiB */
+    int64_t row = n_sel * S * (int64_t)hsi_dtype_size(c->view.dtype);
+    int64_t TL = row > 0 ? (32 << 20) / row : 1;
+    if (TL < 1) TL = 1;
+    if (TL > L) TL = L;
+    int64_t shape[3] = {n_sel, TL, S};
+    HSI_TRY(hsi_view_alloc(&tile, c->view.dtype, 3, shape, HSI_BUF_HOST));
+    HSI_TRY(hsi_envi_writer_open(&w, out, &m, n_sel, L, S, o));
+    hsi_progress pr;
+    hsi_progress_begin(&pr, "convert", L);
+    for (int64_t y0 = 0; y0 < L; y0 += TL) {
+        int64_t n = y0 + TL <= L ? TL : L - y0;
+        hsi_view part;
+        HSI_TRY(hsi_view_slice(&part, &tile, 1, 0, n, 1));
+        st = fill_tile(&part, &c->view, sel, n_sel, y0, n);
+        if (st == HSI_OK) st = hsi_envi_writer_write(w, &part);
+        hsi_view_release(&part);
+        if (st != HSI_OK) goto cleanup;
+        hsi_progress_update(&pr, y0 + n);
+    }
+    hsi_progress_end(&pr);
+    st = hsi_envi_writer_finish(w);
+    w = NULL;
+cleanup:
+    if (w) hsi_envi_writer_abort(w);
+    hsi_view_release(&tile);
+    hsi_meta_free(&m);
+    return st;
+}
+
+static hsi_status convert_tif(const char *out, const hsi_cube *c, const int64_t *sel,
+                              int64_t n_sel, hsi_dtype dt)
+{
+    hsi_status st = HSI_OK;
+    hsi_view all;
+    hsi_meta m;
+    memset(&all, 0, sizeof all);
+    hsi_meta_init(&m);
+    const int64_t L = c->view.shape[1], S = c->view.shape[2];
+    int64_t shape[3] = {n_sel, L, S};
+    HSI_TRY(hsi_meta_copy(&m, &c->meta));
+    HSI_TRY(hsi_meta_select_bands(&m, sel, n_sel));
+    HSI_TRY(hsi_view_alloc(&all, c->view.dtype, 3, shape, HSI_BUF_HOST));
+    HSI_TRY(fill_tile(&all, &c->view, sel, n_sel, 0, L));
+    st = hsi_gdal_write_geotiff(out, &all, &m, dt);
+cleanup:
+    hsi_view_release(&all);
+    hsi_meta_free(&m);
+    return st;
+}
+
+static int convert_run(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *bands = NULL;
+    hsi_envi_write_options o;
+    hsi_envi_write_options_init(&o);
+    int have_il = 0, have_bo = 0;
+    hsi_open_options oo = {NULL, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (hsi_cli_opt(argc, argv, &i, "--interleave", &v)) {
+            if (v && !strcasecmp(v, "bsq")) o.interleave = HSI_BSQ;
+            else if (v && !strcasecmp(v, "bil")) o.interleave = HSI_BIL;
+            else if (v && !strcasecmp(v, "bip")) o.interleave = HSI_BIP;
+            else return hsi_cli_usage_error("convert", "--interleave expects bsq, bil or bip");
+            have_il = 1;
+        } else if (hsi_cli_opt(argc, argv, &i, "--dtype", &v)) {
+            o.dtype = hsi_dtype_from_name(v);
+            if (o.dtype == HSI_DT_INVALID || o.dtype == HSI_I8)
+                return hsi_cli_usage_error("convert",
+                                           "--dtype expects uint8, int16, uint16, int32, uint32, "
+                                           "int64, uint64, float32, float64, complex64 or "
+                                           "complex128 (got '%s')", v ? v : "");
+        } else if (hsi_cli_opt(argc, argv, &i, "--byte-order", &v)) {
+            if (v && !strcasecmp(v, "little")) o.byte_order = 0;
+            else if (v && !strcasecmp(v, "big")) o.byte_order = 1;
+            else return hsi_cli_usage_error("convert", "--byte-order expects little or big");
+            have_bo = 1;
+        } else if (hsi_cli_opt(argc, argv, &i, "--bands", &v)) {
+            if (!v) return hsi_cli_usage_error("convert", "--bands needs a list like 1-20,35,40-");
+            bands = v;
+        } else if (hsi_cli_opt(argc, argv, &i, "--var", &v)) {
+            oo.var = v;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return hsi_cli_usage_error("convert", "unknown option '%s'", argv[i]);
+        } else if (!in) {
+            in = argv[i];
+        } else if (!out) {
+            out = argv[i];
+        } else {
+            return hsi_cli_usage_error("convert", "too many arguments ('%s')", argv[i]);
+        }
+    }
+    if (!in || !out) return hsi_cli_usage_error("convert", "need IN and OUT");
+    int tif = ends_with(out, ".tif") || ends_with(out, ".tiff");
+    if (!tif && !ends_with(out, ".hdr"))
+        return hsi_cli_usage_error("convert", "OUT must end in .hdr (ENVI) or .tif (GeoTIFF): '%s'",
+                                   out);
+    if (tif && (have_il || have_bo))
+        hsi_warn("--interleave/--byte-order do not apply to GeoTIFF output; ignored");
+    hsi_cube c;
+    hsi_cube_init(&c);
+    int64_t *sel = NULL, n_sel = 0;
+    hsi_status st = hsi_cube_open(&c, in, &oo);
+    if (st == HSI_OK) {
+        if (!have_il) o.interleave = c.meta.interleave;
+        if (bands) {
+            st = hsi_bands_parse(&sel, &n_sel, bands, c.view.shape[0]);
+        } else {
+            n_sel = c.view.shape[0];
+            sel = malloc((size_t)(n_sel ? n_sel : 1) * sizeof *sel);
+            if (!sel) st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            for (int64_t b = 0; sel && b < n_sel; b++) sel[b] = b;
+        }
+    }
+    if (st == HSI_OK)
+        st = tif ? convert_tif(out, &c, sel, n_sel, o.dtype) : convert_envi(out, &c, sel, n_sel, &o);
+    int rc = HSI_EXIT_OK;
+    if (st != HSI_OK) rc = hsi_cli_fail("convert", st);
+    else
+        fprintf(stderr, "wrote %s: %lld bands x %lld lines x %lld samples\n", out, (long long)n_sel,
+                (long long)c.view.shape[1], (long long)c.view.shape[2]);
+    free(sel);
+    hsi_cube_free(&c);
+    return rc;
+}
+
+HSI_CLI_COMMAND(convert, {"convert", "convert a cube to ENVI (any layout/type) or GeoTIFF",
+                          "usage: hsi convert IN OUT.hdr|OUT.tif [--interleave bsq|bil|bip]\n"
+                          "                   [--dtype NAME] [--byte-order little|big]\n"
+                          "                   [--bands SPEC] [--var NAME]\n"
+                          "\n"
+                          "Reads IN (ENVI, SPE, .mat, any GDAL raster) and writes OUT: ENVI when\n"
+                          "it ends in .hdr (data file beside it without the .hdr), GeoTIFF when\n"
+                          "it ends in .tif (georeferenced from map info / coordinate system).\n"
+                          "Lines are streamed in tiles; the output appears only when complete.\n"
+                          "\n"
+                          "  --interleave   output interleave (default: the input's)\n"
+                          "  --dtype        numpy name: uint8 int16 uint16 int32 uint32 int64 uint64\n"
+                          "                 float32 float64 complex64 complex128 (default: input's);\n"
+                          "                 integers are rounded and saturated\n"
+                          "  --byte-order   little (default) or big\n"
+                          "  --bands SPEC   1-based bands, e.g. 1-20,35,40- (metadata follows)\n"
+                          "  --var NAME     .mat variable or GDAL subdataset\n",
+                          convert_run})
