@@ -1,8 +1,9 @@
 /* fused.c — select -> normalise -> project in one read of the raw cube.
  * Each worker owns a contiguous range of lines; per pixel block it loads
  * the selected bands through the per-band affine (+L2, - PCA mean) in the
- * input's natural orientation, multiplies by the components with one dgemm
- * and stores float32 in the requested layout. Not the reference: that is
+ * input's natural orientation, multiplies by the components with one sgemm
+ * (float32 throughout: centred values, sgemm) and stores float32 in the
+ * requested layout. Not the reference: that is
  * hsi_normalize_cpu followed by hsi_pca_transform_features. */
 #include "fused.h"
 
@@ -22,13 +23,16 @@ int64_t hsi_fused_n_out(const hsi_norm *norm, const hsi_pca *pca)
 typedef struct fused_ctx {
     const hsi_view *cube;
     hsi_kern_prep pp;
-    const double *W;     /* (k, nf) row-major, whitening folded in; NULL = no PCA */
+    const float *W;      /* (k, nf) row-major, whitening folded in; NULL = no PCA */
     int64_t k, nf, n_out, chunk, tile;
     int pixel_major;
     float *out;
     hsi_tile_sink sink;
     void *sink_ctx;
     pthread_mutex_t lock;
+    pthread_cond_t turn;
+    int64_t next_emit;   /* index of the tile the sink takes next */
+    int failed;          /* a worker failed: the others stop waiting */
     hsi_progress *prog;
     int64_t *lines_done;
 } fused_ctx;
@@ -40,19 +44,20 @@ static hsi_status fused_worker(void *vc, int t, int nt)
     const hsi_view *cube = c->cube;
     int64_t L = cube->shape[1], S = cube->shape[2], nf = c->nf, no = c->n_out, ch = c->chunk;
     int in_bm = !hsi_kern_pixel_major_input(cube), out_pm = c->pixel_major;
-    double *blk = hsi_aligned_alloc(sizeof(double) * (size_t)(ch * nf));
-    double *scr = hsi_aligned_alloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, ch));
-    double *Y = c->W ? hsi_aligned_alloc(sizeof(double) * (size_t)(ch * c->k)) : NULL;
+    float *blk = hsi_aligned_alloc(sizeof(float) * (size_t)(ch * nf));
+    float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, ch, nf));
+    float *Y = c->W ? hsi_aligned_alloc(sizeof(float) * (size_t)(ch * c->k)) : NULL;
     float *tilebuf = c->sink ? hsi_aligned_alloc(sizeof(float) * (size_t)(c->tile * S * no)) : NULL;
     if (!blk || !scr || (c->W && !Y) || (c->sink && !tilebuf)) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "fused pass: cannot allocate blocks for %lld pixels x %lld bands",
                       (long long)ch, (long long)nf);
         goto cleanup;
     }
-    int64_t l0, l1;
-    hsi_kern_split(L, t, nt, &l0, &l1);
-    for (int64_t tl0 = l0; tl0 < l1; tl0 += c->tile) {
-        int64_t tl1 = tl0 + c->tile < l1 ? tl0 + c->tile : l1;
+    /* tiles go round-robin to the threads, so the sink can take them in
+     * line order while at most n_threads tiles are held */
+    int64_t n_tiles = (L + c->tile - 1) / c->tile;
+    for (int64_t ti = t; ti < n_tiles; ti += nt) {
+        int64_t tl0 = ti * c->tile, tl1 = tl0 + c->tile < L ? tl0 + c->tile : L;
         /* destination of this tile: the tile buffer, or the output array */
         float *dst = c->sink ? tilebuf : c->out;
         int64_t dl0 = c->sink ? tl0 : 0, dL = c->sink ? tl1 - tl0 : L;
@@ -60,27 +65,27 @@ static hsi_status fused_worker(void *vc, int t, int nt)
             for (int64_t s0 = 0; s0 < S; s0 += ch) {
                 int64_t np = S - s0 < ch ? S - s0 : ch;
                 int64_t ld = in_bm ? np : nf;
-                hsi_kern_load_f64(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
-                const double *R = blk; /* result: element (p, o) */
+                hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
+                const float *R = blk; /* result: element (p, o) */
                 int64_t rs_p, rs_o;
                 if (c->W) {
                     int k = (int)c->k;
                     if (out_pm) { /* Y: (np, k) row-major */
                         if (in_bm) /* blk: (nf, np); Y = blk^T W^T */
-                            cblas_dgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)np, k, (int)nf, 1.0,
-                                        blk, (int)np, c->W, (int)nf, 0.0, Y, k);
+                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)np, k, (int)nf, 1.0f,
+                                        blk, (int)np, c->W, (int)nf, 0.0f, Y, k);
                         else /* blk: (np, nf); Y = blk W^T */
-                            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)np, k, (int)nf, 1.0,
-                                        blk, (int)nf, c->W, (int)nf, 0.0, Y, k);
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)np, k, (int)nf, 1.0f,
+                                        blk, (int)nf, c->W, (int)nf, 0.0f, Y, k);
                         rs_p = k;
                         rs_o = 1;
                     } else { /* Y: (k, np) row-major */
                         if (in_bm) /* Y = W blk */
-                            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k, (int)np, (int)nf, 1.0,
-                                        c->W, (int)nf, blk, (int)np, 0.0, Y, (int)np);
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k, (int)np, (int)nf, 1.0f,
+                                        c->W, (int)nf, blk, (int)np, 0.0f, Y, (int)np);
                         else /* Y = W blk^T */
-                            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, k, (int)np, (int)nf, 1.0,
-                                        c->W, (int)nf, blk, (int)nf, 0.0, Y, (int)np);
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, k, (int)np, (int)nf, 1.0f,
+                                        c->W, (int)nf, blk, (int)nf, 0.0f, Y, (int)np);
                         rs_p = 1;
                         rs_o = np;
                     }
@@ -93,11 +98,11 @@ static hsi_status fused_worker(void *vc, int t, int nt)
                 if (out_pm) {
                     float *d = dst + (yl * S + s0) * no;
                     for (int64_t p = 0; p < np; p++)
-                        for (int64_t o = 0; o < no; o++) d[p * no + o] = (float)R[p * rs_p + o * rs_o];
+                        for (int64_t o = 0; o < no; o++) d[p * no + o] = R[p * rs_p + o * rs_o];
                 } else {
                     for (int64_t o = 0; o < no; o++) {
                         float *d = dst + (o * dL + yl) * S + s0;
-                        for (int64_t p = 0; p < np; p++) d[p] = (float)R[p * rs_p + o * rs_o];
+                        for (int64_t p = 0; p < np; p++) d[p] = R[p * rs_p + o * rs_o];
                     }
                 }
             }
@@ -105,9 +110,14 @@ static hsi_status fused_worker(void *vc, int t, int nt)
         hsi_kern_release_lines(cube, tl0, tl1);
         if (c->sink) {
             pthread_mutex_lock(&c->lock);
-            st = c->sink(c->sink_ctx, tilebuf, tl0, tl1 - tl0, no, S, out_pm);
+            while (c->next_emit != ti && !c->failed) pthread_cond_wait(&c->turn, &c->lock);
+            if (!c->failed) st = c->sink(c->sink_ctx, tilebuf, tl0, tl1 - tl0, no, S, out_pm);
+            c->next_emit++;
+            if (st != HSI_OK) c->failed = 1;
+            pthread_cond_broadcast(&c->turn);
             pthread_mutex_unlock(&c->lock);
             if (st != HSI_OK) goto cleanup;
+            if (c->failed) break;
         }
         if (c->prog) {
             int64_t d = __atomic_add_fetch(c->lines_done, tl1 - tl0, __ATOMIC_RELAXED);
@@ -115,6 +125,12 @@ static hsi_status fused_worker(void *vc, int t, int nt)
         }
     }
 cleanup:
+    if (st != HSI_OK && c->sink) {
+        pthread_mutex_lock(&c->lock);
+        c->failed = 1;
+        pthread_cond_broadcast(&c->turn);
+        pthread_mutex_unlock(&c->lock);
+    }
     hsi_aligned_free(blk);
     hsi_aligned_free(scr);
     hsi_aligned_free(Y);
@@ -129,7 +145,7 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     hsi_fused_opts o0 = {0};
     const hsi_fused_opts *o = opts ? opts : &o0;
     fused_ctx c = {0};
-    double *W = NULL;
+    float *W = NULL;
     hsi_progress prog;
     int64_t done = 0;
     int blas_prev;
@@ -170,14 +186,14 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     if (pca) {
         c.k = pca->n_components;
         c.pp.sub = pca->mean;
-        W = malloc(sizeof(double) * (size_t)(c.k * nf));
+        W = malloc(sizeof(float) * (size_t)(c.k * nf));
         if (!W) {
             st = HSI_FAIL(HSI_ERR_NOMEM, "fused pass: out of memory");
             goto cleanup;
         }
         for (int64_t r = 0; r < c.k; r++) {
             double f = pca->whiten ? 1.0 / sqrt(pca->explained_variance[r]) : 1.0;
-            for (int64_t j = 0; j < nf; j++) W[r * nf + j] = pca->components[r * nf + j] * f;
+            for (int64_t j = 0; j < nf; j++) W[r * nf + j] = (float)(pca->components[r * nf + j] * f);
         }
         c.W = W;
     }
@@ -190,6 +206,7 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     c.sink = o->sink;
     c.sink_ctx = o->sink_ctx;
     pthread_mutex_init(&c.lock, NULL);
+    pthread_cond_init(&c.turn, NULL);
     int nt = o->n_threads > 0 ? o->n_threads : hsi_kern_threads();
     if (nt > L) nt = (int)(L > 0 ? L : 1);
     if (o->progress_label) {
@@ -202,6 +219,7 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     hsi_kern_blas_single_end(blas_prev);
     if (c.prog) hsi_progress_end(c.prog);
     pthread_mutex_destroy(&c.lock);
+    pthread_cond_destroy(&c.turn);
 cleanup:
     free(W);
     return st;

@@ -17,8 +17,9 @@
 extern "C" {
 #endif
 
-/* Called once per finished tile (from worker threads, serialised by a
- * mutex; tiles arrive in no particular order). tile holds lines
+/* Called once per finished tile, from worker threads but one at a time
+ * and in line order (tiles are dealt round-robin to the threads; at most
+ * n_threads tiles exist at once). tile holds lines
  * [line0, line0+n_lines): band-major (n_out, n_lines, n_samples) or
  * pixel-major (n_lines, n_samples, n_out), packed float32. */
 typedef hsi_status (*hsi_tile_sink)(void *ctx, const float *tile, int64_t line0, int64_t n_lines,

@@ -86,109 +86,57 @@ int hsi_kern_pixel_major_input(const hsi_view *cube)
     return iabs64(cube->strides[0]) < iabs64(cube->strides[2]);
 }
 
-int64_t hsi_kern_scratch_len(const hsi_view *cube, int64_t n_pix)
+int64_t hsi_kern_scratch_len(const hsi_view *cube, int64_t n_pix, int64_t n_sel)
 {
-    return n_pix * (cube->shape[0] + 2) + 64;
+    return n_pix * (cube->shape[0] + 2) + 5 * n_sel + 64;
 }
 
-/* y = scale*(raw - center) + offset with ignore/NaN fill, in place. */
-static inline double prep_one(double x, const hsi_kern_prep *pp, int64_t j)
-{
-    if (pp->fill && (x != x || (pp->has_ignore && x == pp->ignore_value))) x = pp->fill[j];
-    double c = pp->center ? pp->center[j] : 0.0;
-    double s = pp->scale ? pp->scale[j] : 1.0;
-    double o = pp->offset ? pp->offset[j] : 0.0;
-    return s * (x - c) + o;
-}
+/* Contiguous 8/16-bit and float runs converted inline (vectorised); every
+ * other dtype, stride or byte order goes through core's hsi_load_*. */
+typedef uint16_t kern_u16u __attribute__((aligned(1), may_alias));
+typedef float kern_f32u __attribute__((aligned(1), may_alias));
+#define KERN_RAW_FN(NAME, T, CORE)                                                                 \
+    static void NAME(T *restrict dst, const void *src, int64_t stride, hsi_dtype dt, int sw,      \
+                     int64_t n)                                                                    \
+    {                                                                                              \
+        const kern_u16u *w = src;                                                                  \
+        if (dt == HSI_U16 && stride == 2) {                                                        \
+            if (sw)                                                                                \
+                for (int64_t i = 0; i < n; i++) dst[i] = (T)(uint16_t)__builtin_bswap16(w[i]);     \
+            else                                                                                   \
+                for (int64_t i = 0; i < n; i++) dst[i] = (T)w[i];                                  \
+        } else if (dt == HSI_I16 && stride == 2) {                                                 \
+            if (sw)                                                                                \
+                for (int64_t i = 0; i < n; i++) dst[i] = (T)(int16_t)__builtin_bswap16(w[i]);      \
+            else                                                                                   \
+                for (int64_t i = 0; i < n; i++) dst[i] = (T)(int16_t)w[i];                         \
+        } else if (dt == HSI_U8 && stride == 1) {                                                  \
+            const uint8_t *b = src;                                                                \
+            for (int64_t i = 0; i < n; i++) dst[i] = (T)b[i];                                      \
+        } else if (dt == HSI_F32 && stride == 4 && !sw) {                                          \
+            const kern_f32u *f = src;                                                              \
+            for (int64_t i = 0; i < n; i++) dst[i] = (T)f[i];                                      \
+        } else {                                                                                   \
+            CORE(dst, src, stride, dt, sw, n);                                                     \
+        }                                                                                          \
+    }
+KERN_RAW_FN(raw_f64, double, hsi_load_f64)
+KERN_RAW_FN(raw_f32, float, hsi_load_f32)
 
-static void prep_row(double *row, int64_t n, const hsi_kern_prep *pp, int64_t j)
-{
-    if (pp->fill) {
-        double f = pp->fill[j];
-        if (pp->has_ignore) {
-            double ig = pp->ignore_value;
-            for (int64_t p = 0; p < n; p++)
-                if (row[p] != row[p] || row[p] == ig) row[p] = f;
-        } else {
-            for (int64_t p = 0; p < n; p++)
-                if (row[p] != row[p]) row[p] = f;
-        }
-    }
-    if (pp->scale || pp->center || pp->offset) {
-        double c = pp->center ? pp->center[j] : 0.0;
-        double s = pp->scale ? pp->scale[j] : 1.0;
-        double o = pp->offset ? pp->offset[j] : 0.0;
-        for (int64_t p = 0; p < n; p++) row[p] = s * (row[p] - c) + o;
-    }
-}
-
-void hsi_kern_load_f64(double *dst, int64_t ld, int band_major, const hsi_view *cube,
-                       const hsi_kern_prep *pp, int64_t line, int64_t s0, int64_t n_pix,
-                       double *scratch)
-{
-    const uint8_t *base = (const uint8_t *)cube->buf->data + cube->offset +
-                          line * cube->strides[1] + s0 * cube->strides[2];
-    int64_t sb = cube->strides[0], ss = cube->strides[2];
-    int64_t nb = pp->n_bands, nbc = cube->shape[0];
-    double *norms = scratch + n_pix * nbc;
-    if (!hsi_kern_pixel_major_input(cube)) {
-        /* rows of samples: one strided load per selected band */
-        for (int64_t j = 0; j < nb; j++) {
-            int64_t b = pp->bands ? pp->bands[j] : j;
-            double *row = band_major ? dst + j * ld : scratch;
-            hsi_load_f64(row, base + b * sb, ss, cube->dtype, cube->swapped, n_pix);
-            prep_row(row, n_pix, pp, j);
-            if (!band_major)
-                for (int64_t p = 0; p < n_pix; p++) dst[p * ld + j] = row[p];
-        }
-    } else {
-        /* whole spectra: one load per pixel (or one for the block) */
-        int contiguous_all = ss == sb * nbc;
-        if (contiguous_all) hsi_load_f64(scratch, base, sb, cube->dtype, cube->swapped, n_pix * nbc);
-        for (int64_t p = 0; p < n_pix; p++) {
-            const double *spec = scratch + p * nbc;
-            if (!contiguous_all) {
-                hsi_load_f64(scratch, base + p * ss, sb, cube->dtype, cube->swapped, nbc);
-                spec = scratch;
-            }
-            if (band_major) {
-                for (int64_t j = 0; j < nb; j++)
-                    dst[j * ld + p] = prep_one(spec[pp->bands ? pp->bands[j] : j], pp, j);
-            } else {
-                double *o = dst + p * ld;
-                for (int64_t j = 0; j < nb; j++) o[j] = prep_one(spec[pp->bands ? pp->bands[j] : j], pp, j);
-            }
-        }
-    }
-    if (pp->l2) {
-        if (band_major) {
-            for (int64_t p = 0; p < n_pix; p++) norms[p] = 0;
-            for (int64_t j = 0; j < nb; j++)
-                for (int64_t p = 0; p < n_pix; p++) norms[p] += dst[j * ld + p] * dst[j * ld + p];
-            for (int64_t p = 0; p < n_pix; p++) norms[p] = norms[p] > 0 ? 1.0 / sqrt(norms[p]) : 0.0;
-            for (int64_t j = 0; j < nb; j++)
-                for (int64_t p = 0; p < n_pix; p++) dst[j * ld + p] *= norms[p];
-        } else {
-            for (int64_t p = 0; p < n_pix; p++) {
-                double *o = dst + p * ld, s = 0;
-                for (int64_t j = 0; j < nb; j++) s += o[j] * o[j];
-                s = s > 0 ? 1.0 / sqrt(s) : 0.0;
-                for (int64_t j = 0; j < nb; j++) o[j] *= s;
-            }
-        }
-    }
-    if (pp->sub) {
-        if (band_major) {
-            for (int64_t j = 0; j < nb; j++) {
-                double m = pp->sub[j];
-                for (int64_t p = 0; p < n_pix; p++) dst[j * ld + p] -= m;
-            }
-        } else {
-            for (int64_t p = 0; p < n_pix; p++)
-                for (int64_t j = 0; j < nb; j++) dst[p * ld + j] -= pp->sub[j];
-        }
-    }
-}
+#define T double
+#define KERN_LOAD hsi_kern_load_f64
+#define KERN_RAW raw_f64
+#include "kern_load.inc"
+#undef T
+#undef KERN_LOAD
+#undef KERN_RAW
+#define T float
+#define KERN_LOAD hsi_kern_load_f32
+#define KERN_RAW raw_f32
+#include "kern_load.inc"
+#undef T
+#undef KERN_LOAD
+#undef KERN_RAW
 
 void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1)
 {

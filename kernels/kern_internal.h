@@ -54,11 +54,16 @@ typedef struct hsi_kern_prep {
 /* Loads pixels (line, s0 .. s0+n_pix-1) of cube (band, line, sample) through
  * prep into dst. band_major: dst is (n_bands, ld) row-major, pixel p of band
  * j at dst[j*ld + p]; else dst is (n_pix, ld), dst[p*ld + j]. scratch must
- * hold hsi_kern_scratch_len(cube, n_pix) doubles. */
+ * hold hsi_kern_scratch_len(cube, n_pix, prep->n_bands) doubles. */
 void hsi_kern_load_f64(double *dst, int64_t ld, int band_major, const hsi_view *cube,
                        const hsi_kern_prep *prep, int64_t line, int64_t s0, int64_t n_pix,
                        double *scratch);
-int64_t hsi_kern_scratch_len(const hsi_view *cube, int64_t n_pix);
+/* Same in float (fused pass, covariance blocks). */
+void hsi_kern_load_f32(float *dst, int64_t ld, int band_major, const hsi_view *cube,
+                       const hsi_kern_prep *pp, int64_t line, int64_t s0, int64_t n_pix,
+                       float *scratch);
+/* Scratch elements (double or float) the loaders need for n_pix pixels. */
+int64_t hsi_kern_scratch_len(const hsi_view *cube, int64_t n_pix, int64_t n_sel);
 /* 1 when the band axis has the smallest |stride| (BIP-like): loaders read
  * whole spectra then; else they read rows of samples. */
 int hsi_kern_pixel_major_input(const hsi_view *cube);

@@ -1,4 +1,5 @@
-/* pca.c — PCA on the CPU: covariance by dsyrk over shifted pixel blocks
+/* pca.c — PCA on the CPU: covariance by ssyrk over float blocks of pixels
+ * shifted by a first spectrum, each block's product added into double sums
  * (per thread, BLAS single-threaded inside our workers), eigenpairs by
  * LAPACKE_dsyevr, component choice, sign rule, model file, reference
  * transforms. The fast cube transform is in fused.c. */
@@ -42,29 +43,39 @@ static hsi_status cov_worker(void *vc, int t, int nt)
     cov_ctx *c = vc;
     const hsi_view *cube = c->cube;
     int64_t nf = c->pp.n_bands, L = cube->shape[1], S = cube->shape[2], ch = c->chunk;
-    double *blk = hsi_aligned_alloc(sizeof(double) * (size_t)(ch * nf));
-    double *scr = hsi_aligned_alloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, ch));
-    if (!blk || !scr) {
+    float *blk = hsi_aligned_alloc(sizeof(float) * (size_t)(ch * nf));
+    float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, ch, nf));
+    float *Cf = hsi_aligned_alloc(sizeof(float) * (size_t)(nf * nf));
+    if (!blk || !scr || !Cf) {
         hsi_aligned_free(blk);
         hsi_aligned_free(scr);
+        hsi_aligned_free(Cf);
         return HSI_FAIL(HSI_ERR_NOMEM, "covariance: cannot allocate a %lld x %lld block", (long long)ch,
                         (long long)nf);
     }
     double *Sm = c->S + (int64_t)t * nf * nf, *sv = c->s + t * nf;
     int64_t l0, l1, fill = 0, tl0;
+    int bm = !hsi_kern_pixel_major_input(cube);
     hsi_kern_split(L, t, nt, &l0, &l1);
     tl0 = l0;
     for (int64_t y = l0; y < l1; y++) {
         for (int64_t s0 = 0; s0 < S;) {
             int64_t np = S - s0 < ch - fill ? S - s0 : ch - fill;
-            double *dst = blk + fill * nf;
-            hsi_kern_load_f64(dst, nf, 0, cube, &c->pp, y, s0, np, scr);
+            /* band-major block (nf, ch) for row inputs (BSQ, BIL): no
+             * transposition; pixel-major (ch, nf) for spectra inputs (BIP) */
+            float *dst = bm ? blk + fill : blk + fill * nf;
+            hsi_kern_load_f32(dst, bm ? ch : nf, bm, cube, &c->pp, y, s0, np, scr);
             if (c->mask) { /* keep the selected pixels only */
                 const uint8_t *mk = c->mask + y * S + s0;
                 int64_t k = 0;
                 for (int64_t p = 0; p < np; p++)
                     if (mk[p]) {
-                        if (k != p) memmove(dst + k * nf, dst + p * nf, sizeof(double) * (size_t)nf);
+                        if (k != p) {
+                            if (bm)
+                                for (int64_t j = 0; j < nf; j++) dst[j * ch + k] = dst[j * ch + p];
+                            else
+                                memmove(dst + k * nf, dst + p * nf, sizeof(float) * (size_t)nf);
+                        }
                         k++;
                     }
                 fill += k;
@@ -74,11 +85,25 @@ static hsi_status cov_worker(void *vc, int t, int nt)
             s0 += np;
             int last = y + 1 == l1 && s0 >= S;
             if (fill == ch || (last && fill > 0)) {
-                /* blk: (fill, nf) row-major; S += blk^T blk (upper), s += column sums */
-                cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)nf, (int)fill, 1.0, blk,
-                            (int)nf, 1.0, Sm, (int)nf);
-                for (int64_t p = 0; p < fill; p++)
-                    for (int64_t j = 0; j < nf; j++) sv[j] += blk[p * nf + j];
+                /* shifted values; Cf = X^T X (upper) in float over one block,
+                 * then added into the double S */
+                if (bm) /* blk: (nf, fill) row-major, ld ch: Cf = blk blk^T */
+                    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)nf, (int)fill, 1.0f, blk,
+                                (int)ch, 0.0f, Cf, (int)nf);
+                else /* blk: (fill, nf) row-major: Cf = blk^T blk */
+                    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)nf, (int)fill, 1.0f, blk,
+                                (int)nf, 0.0f, Cf, (int)nf);
+                for (int64_t i = 0; i < nf; i++)
+                    for (int64_t j = i; j < nf; j++) Sm[i * nf + j] += Cf[i * nf + j];
+                if (bm)
+                    for (int64_t j = 0; j < nf; j++) {
+                        double acc = 0;
+                        for (int64_t p = 0; p < fill; p++) acc += blk[j * ch + p];
+                        sv[j] += acc;
+                    }
+                else
+                    for (int64_t p = 0; p < fill; p++)
+                        for (int64_t j = 0; j < nf; j++) sv[j] += blk[p * nf + j];
                 c->n[t] += fill;
                 fill = 0;
             }
@@ -94,6 +119,7 @@ static hsi_status cov_worker(void *vc, int t, int nt)
     }
     hsi_aligned_free(blk);
     hsi_aligned_free(scr);
+    hsi_aligned_free(Cf);
     return HSI_OK;
 }
 
@@ -155,7 +181,7 @@ hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_
         goto cleanup;
     }
     shift = calloc((size_t)nf + 1, sizeof(double));
-    scr = malloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, 1));
+    scr = malloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, 1, nf));
     if (!shift || !scr) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: out of memory");
         goto cleanup;
@@ -166,8 +192,9 @@ hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_
     c.cube = cube;
     c.mask = mask;
     c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
-    c.chunk = 65536 / (nf > 0 ? nf : 1);
+    c.chunk = 262144 / (nf > 0 ? nf : 1);
     if (c.chunk < 256) c.chunk = 256;
+    if (c.chunk > 4096) c.chunk = 4096;
     int nt = o->n_threads > 0 ? o->n_threads : hsi_kern_threads();
     if (nt > L) nt = (int)(L > 0 ? L : 1);
     c.S = calloc((size_t)(nt * nf * nf), sizeof(double));

@@ -1,6 +1,6 @@
 /* pca.h — principal component analysis of a cube's spectra on the CPU:
- * covariance by OpenBLAS dsyrk over pixel blocks (per thread, merged in
- * double), eigenpairs by LAPACKE_dsyevr, components by count or variance
+ * covariance by OpenBLAS ssyrk over shifted pixel blocks (each block's
+ * product summed in double, per thread, merged in double), eigenpairs by LAPACKE_dsyevr, components by count or variance
  * fraction, whitening, a deterministic sign, pixel masks, save/load and the
  * (reference) forward and inverse transforms. The fast transform of a whole
  * raw cube is the fused pass (fused.h). Takes views; reads no cube files. */

@@ -105,6 +105,102 @@ static inline int64_t hist_bin(double x, double lo, double hi, int bins)
     return i;
 }
 
+/* ------------------------------------------------ exact integer fast path */
+
+/* 8/16-bit integer cubes without mask or ignore value: per row (or per line
+ * of spectra) exact integer sums and sums of squares read straight from the
+ * mapped bytes (unaligned, swapped or not), turned into (mean, M2) exactly
+ * and merged with Chan's formula. */
+typedef uint16_t u16u __attribute__((aligned(1), may_alias));
+
+#define ROW_LOOP(CONV)                                                                             \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        int32_t v = CONV;                                                                          \
+        s += v;                                                                                    \
+        q += (uint64_t)((uint32_t)v * (uint32_t)v);                                                \
+        mn = v < mn ? v : mn;                                                                      \
+        mx = v > mx ? v : mx;                                                                      \
+    }
+
+static void row_int(const uint8_t *p, int64_t n, hsi_dtype dt, int sw, int64_t *sum, uint64_t *sq,
+                    int32_t *mnp, int32_t *mxp)
+{
+    int64_t s = 0;
+    uint64_t q = 0;
+    int32_t mn = INT32_MAX, mx = INT32_MIN;
+    const u16u *w = (const u16u *)p;
+    if (dt == HSI_U8) {
+        ROW_LOOP(p[i])
+    } else if (dt == HSI_U16) {
+        if (sw) {
+            ROW_LOOP(__builtin_bswap16(w[i]))
+        } else {
+            ROW_LOOP(w[i])
+        }
+    } else {
+        if (sw) {
+            ROW_LOOP((int16_t)__builtin_bswap16(w[i]))
+        } else {
+            ROW_LOOP((int16_t)w[i])
+        }
+    }
+    *sum = s;
+    *sq = q;
+    *mnp = mn;
+    *mxp = mx;
+}
+
+#define PIX_LOOP(CONV)                                                                             \
+    for (int64_t px = 0; px < np; px++) {                                                          \
+        const uint8_t *p = base + px * ss;                                                         \
+        const u16u *w = (const u16u *)p;                                                           \
+        (void)w;                                                                                   \
+        for (int64_t j = 0; j < nb; j++) {                                                         \
+            int32_t v = CONV;                                                                      \
+            sum[j] += v;                                                                           \
+            sq[j] += (uint64_t)((uint32_t)v * (uint32_t)v);                                        \
+            mn[j] = v < mn[j] ? v : mn[j];                                                         \
+            mx[j] = v > mx[j] ? v : mx[j];                                                         \
+        }                                                                                          \
+    }
+
+static void pix_int(const uint8_t *base, int64_t ss, int64_t np, int64_t nb, hsi_dtype dt, int sw,
+                    int64_t *restrict sum, uint64_t *restrict sq, int32_t *restrict mn, int32_t *restrict mx)
+{
+    if (dt == HSI_U8) {
+        PIX_LOOP(p[j])
+    } else if (dt == HSI_U16) {
+        if (sw) {
+            PIX_LOOP(__builtin_bswap16(w[j]))
+        } else {
+            PIX_LOOP(w[j])
+        }
+    } else {
+        if (sw) {
+            PIX_LOOP((int16_t)__builtin_bswap16(w[j]))
+        } else {
+            PIX_LOOP((int16_t)w[j])
+        }
+    }
+}
+
+static void merge_exact(int64_t *an, double *amean, double *am2, int64_t n, int64_t s, uint64_t q)
+{
+    if (n == 0) return;
+    __int128 num = (__int128)n * (__int128)q - (__int128)s * (__int128)s;
+    hsi_stats_merge(an, amean, am2, n, (double)s / (double)n, (double)num / (double)n);
+}
+
+static int fast_int_ok(const hsi_view *cube, const uint8_t *mask, const hsi_stats_opts *o)
+{
+    hsi_dtype dt = cube->dtype;
+    int64_t e = (int64_t)hsi_dtype_size(dt);
+    if (mask || (o && o->has_ignore)) return 0;
+    if (dt != HSI_U8 && dt != HSI_U16 && dt != HSI_I16) return 0;
+    if (cube->shape[2] > ((int64_t)1 << 30)) return 0;
+    return hsi_kern_pixel_major_input(cube) ? cube->strides[0] == e : cube->strides[2] == e;
+}
+
 /* --------------------------------------------------------------- fast path */
 
 typedef struct stats_ctx {
@@ -131,7 +227,7 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
     int64_t ch = c->chunk;
     int band_major = !hsi_kern_pixel_major_input(cube);
     double *blk = hsi_aligned_alloc(sizeof(double) * (size_t)(nb * ch));
-    double *scr = hsi_aligned_alloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, ch));
+    double *scr = hsi_aligned_alloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, ch, nb));
     double *bs = hsi_aligned_alloc(sizeof(double) * (size_t)(5 * nb + 8));
     if (!blk || !scr || !bs) {
         hsi_aligned_free(blk);
@@ -151,14 +247,56 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
     hsi_kern_split(L, t, nt, &l0, &l1);
     double *bsum = bs, *bmean = bs + nb, *bm2 = bs + 2 * nb, *bmin = bs + 3 * nb, *bmax = bs + 4 * nb;
     int64_t *bn = calloc((size_t)nb + 1, sizeof(int64_t));
-    if (!bn) {
+    int fast = !hist && fast_int_ok(cube, c->mask, c->o);
+    int64_t *isum = NULL;
+    uint64_t *isq = NULL;
+    int32_t *imn = NULL, *imx = NULL;
+    if (fast) {
+        isum = malloc(sizeof(int64_t) * (size_t)nb);
+        isq = malloc(sizeof(uint64_t) * (size_t)nb);
+        imn = malloc(sizeof(int32_t) * (size_t)nb);
+        imx = malloc(sizeof(int32_t) * (size_t)nb);
+    }
+    if (!bn || (fast && (!isum || !isq || !imn || !imx))) {
+        free(bn);
+        free(isum);
+        free(isq);
+        free(imn);
+        free(imx);
         hsi_aligned_free(blk);
         hsi_aligned_free(scr);
         hsi_aligned_free(bs);
         return HSI_FAIL(HSI_ERR_NOMEM, "stats: out of memory");
     }
     for (int64_t y = l0; y < l1; y++) {
-        for (int64_t s0 = 0; s0 < S; s0 += ch) {
+        if (fast) {
+            const uint8_t *lb = (const uint8_t *)cube->buf->data + cube->offset + y * cube->strides[1];
+            if (band_major) {
+                for (int64_t j = 0; j < nb; j++) {
+                    int64_t sm;
+                    uint64_t q;
+                    int32_t mn, mx;
+                    row_int(lb + j * cube->strides[0], S, cube->dtype, cube->swapped, &sm, &q, &mn, &mx);
+                    merge_exact(&an[j], &amean[j], &am2[j], S, sm, q);
+                    if (mn < amn[j]) amn[j] = mn;
+                    if (mx > amx[j]) amx[j] = mx;
+                }
+            } else {
+                for (int64_t j = 0; j < nb; j++) {
+                    isum[j] = 0;
+                    isq[j] = 0;
+                    imn[j] = INT32_MAX;
+                    imx[j] = INT32_MIN;
+                }
+                pix_int(lb, cube->strides[2], S, nb, cube->dtype, cube->swapped, isum, isq, imn, imx);
+                for (int64_t j = 0; j < nb; j++) {
+                    merge_exact(&an[j], &amean[j], &am2[j], S, isum[j], isq[j]);
+                    if (imn[j] < amn[j]) amn[j] = imn[j];
+                    if (imx[j] > amx[j]) amx[j] = imx[j];
+                }
+            }
+        }
+        for (int64_t s0 = 0; s0 < S && !fast; s0 += ch) {
             int64_t np = S - s0 < ch ? S - s0 : ch;
             const uint8_t *mk = c->mask ? c->mask + y * S + s0 : NULL;
             hsi_kern_load_f64(blk, band_major ? np : nb, band_major, cube, &pp, y, s0, np, scr);
@@ -276,6 +414,10 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
         }
     }
     free(bn);
+    free(isum);
+    free(isq);
+    free(imn);
+    free(imx);
     hsi_aligned_free(blk);
     hsi_aligned_free(scr);
     hsi_aligned_free(bs);

@@ -527,7 +527,7 @@ static void test_pca_mask_norm_subset(void)
 
 typedef struct sink_ctx {
     float *dst; /* band-major (n_out, L, S) */
-    int64_t L, calls;
+    int64_t L, calls, next_line;
 } sink_ctx;
 
 static hsi_status collect(void *vc, const float *tile, int64_t line0, int64_t n_lines, int64_t n_out,
@@ -535,6 +535,8 @@ static hsi_status collect(void *vc, const float *tile, int64_t line0, int64_t n_
 {
     sink_ctx *c = vc;
     c->calls++;
+    CU_ASSERT_EQUAL(line0, c->next_line); /* tiles arrive in line order */
+    c->next_line = line0 + n_lines;
     for (int64_t o = 0; o < n_out; o++)
         for (int64_t y = 0; y < n_lines; y++)
             for (int64_t x = 0; x < S; x++)
@@ -579,7 +581,7 @@ static void test_fused_equals_unfused(void)
             }
             /* streaming through a sink in small tiles gives the same cube */
             float *g = calloc((size_t)(K * N), sizeof(float));
-            sink_ctx sc2 = {g, L_, 0};
+            sink_ctx sc2 = {g, L_, 0, 0};
             hsi_fused_opts fo = {.pixel_major = il == BIP, .tile_lines = 2, .n_threads = 2,
                                  .sink = collect, .sink_ctx = &sc2};
             HSI_CHECK_OK(hsi_fused_run(NULL, &v, NULL, &p, &fo));
