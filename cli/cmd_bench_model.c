@@ -1,0 +1,149 @@
+/* cmd_bench_model.c — `hsi bench model NAME`: training (forward, backward,
+ * AdamW) and inference samples/s of a model of the zoo on random data, with
+ * the per-step engine memory. bench/bench_model.sh runs PyTorch beside it.
+ * Not a correctness test. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "models/optim.h"
+
+static int bench_model(int argc, char **argv)
+{
+    const char *cmd = "bench model", *name = NULL;
+    long long batch = 128, bands = 30, patch = 11, classes = 16, threads = 2, steps = 20,
+              warmup = 3;
+    int json = 0, rc = HSI_EXIT_FAIL;
+    hsi_status st = HSI_OK;
+    hsi_module *m = NULL;
+    hsi_optim *o = NULL;
+    hsi_graph *g = NULL;
+    hsi_tensor *x = NULL, *y = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--batch", v, 2, 1 << 20, &batch)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--bands", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--bands", v, 1, 100000, &bands)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--patch", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--patch", v, 1, 1000, &patch)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--classes", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--classes", v, 2, 100000, &classes)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--threads", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 1024, &threads)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--steps", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--steps", v, 1, 1000000, &steps)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--warmup", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--warmup", v, 0, 1000000, &warmup)) return HSI_EXIT_USAGE;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (argv[i][0] == '-') {
+            return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+        } else if (!name) {
+            name = argv[i];
+        } else {
+            return hsi_cli_usage_error(cmd, "one model name expected, got '%s' too", argv[i]);
+        }
+    }
+    if (!name) return hsi_cli_usage_error(cmd, "which model? (cnn2d, hybridsn, cnn1d)");
+    openblas_set_num_threads((int)threads);
+    hsi_manual_seed(1);
+    HSI_TRY(hsi_model_create(&m, name, (int)bands, (int)patch, (int)classes, HSI_F32, 1));
+    hsi_optim_config cfg;
+    hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
+    HSI_TRY(hsi_optim_new(&o, &cfg, m));
+    HSI_TRY(hsi_graph_new(&g));
+    int64_t xs[5], ys[1] = {batch};
+    int nd = hsi_model_input_shape(name, (int)batch, (int)bands, (int)patch, xs);
+    HSI_TRY(hsi_tensor_new(&x, HSI_F32, nd, xs, 0));
+    HSI_TRY(hsi_tensor_new(&y, HSI_I64, 1, ys, 0));
+    hsi_rng r;
+    hsi_rng_seed(&r, 7);
+    float *xp = hsi_tensor_ptr(x);
+    for (int64_t i = 0; i < hsi_tensor_count(x); i++) xp[i] = (float)hsi_rng_normal(&r);
+    int64_t *yp = hsi_tensor_ptr(y);
+    for (int64_t i = 0; i < batch; i++) yp[i] = (int64_t)(hsi_rng_next(&r) % (uint64_t)classes);
+
+    double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, loss_v = 0;
+    hsi_mem_stats m0 = {0}, m1;
+    for (long long s = 0; s < warmup + steps; s++) {
+        if (s == warmup) hsi_mem_get(&m0);
+        double t0 = hsi_now();
+        hsi_tensor *logits = NULL, *loss = NULL;
+        hsi_graph_reset(g);
+        hsi_optim_zero_grad(o);
+        HSI_TRY(hsi_module_forward(&logits, m, g, x));
+        HSI_TRY(hsi_cross_entropy(&loss, g, logits, y, NULL));
+        double t1 = hsi_now();
+        HSI_TRY(hsi_backward(loss, 0));
+        double t2 = hsi_now();
+        HSI_TRY(hsi_optim_step(o));
+        double t3 = hsi_now();
+        if (s >= warmup) {
+            t_train += t3 - t0;
+            t_fwd += t1 - t0;
+            t_bwd += t2 - t1;
+            t_opt += t3 - t2;
+        }
+        loss_v = hsi_tensor_item(loss);
+    }
+    hsi_mem_get(&m1);
+    hsi_module_train(m, 0);
+    int prev = hsi_set_grad_enabled(0);
+    double t_inf = 0;
+    for (long long s = 0; s < warmup + steps; s++) {
+        double t0 = hsi_now();
+        hsi_tensor *logits = NULL;
+        hsi_graph_reset(g);
+        st = hsi_module_forward(&logits, m, g, x);
+        if (st != HSI_OK) break;
+        if (s >= warmup) t_inf += hsi_now() - t0;
+    }
+    hsi_set_grad_enabled(prev);
+    HSI_TRY(st);
+    double train_sps = (double)(batch * steps) / t_train, infer_sps = (double)(batch * steps) / t_inf;
+    if (json) {
+        printf("{\"model\": \"%s\", \"batch\": %lld, \"bands\": %lld, \"patch\": %lld, \"classes\": "
+               "%lld, \"threads\": %lld, \"steps\": %lld, \"train_samples_per_s\": %.1f, "
+               "\"infer_samples_per_s\": %.1f, \"forward_ms\": %.3f, \"backward_ms\": %.3f, "
+               "\"optimizer_ms\": %.3f, \"params\": %lld, \"arena_bytes\": %lld, "
+               "\"steady_state_allocs\": %lld, \"last_loss\": %.6f}\n",
+               name, batch, bands, patch, classes, threads, steps, train_sps, infer_sps,
+               1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps,
+               (long long)hsi_module_param_count(m), (long long)hsi_graph_arena_bytes(g),
+               (long long)(m1.n_allocs - m0.n_allocs), loss_v);
+    } else {
+        printf("model %s: batch %lld, input %lldx%lldx%lld, %lld classes, %lld threads, %lld "
+               "parameters\n", name, batch, bands, patch, patch, classes, threads,
+               (long long)hsi_module_param_count(m));
+        printf("  train: %.1f samples/s (forward %.2f ms, backward %.2f ms, AdamW %.2f ms per "
+               "step)\n", train_sps, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps,
+               1e3 * t_opt / steps);
+        printf("  infer: %.1f samples/s\n", infer_sps);
+        printf("  engine allocations during the %lld timed steps: %lld; arena %.1f MiB\n", steps,
+               (long long)(m1.n_allocs - m0.n_allocs), hsi_graph_arena_bytes(g) / 1048576.0);
+    }
+    rc = HSI_EXIT_OK;
+cleanup:
+    if (st != HSI_OK) rc = hsi_cli_fail(cmd, st);
+    hsi_tensor_free(x);
+    hsi_tensor_free(y);
+    hsi_graph_free(g);
+    hsi_optim_free(o);
+    hsi_module_free(m);
+    return rc;
+}
+
+HSI_CLI_COMMAND(bench_model,
+                {"bench-model", "(reached as 'hsi bench model')",
+                 "usage: hsi bench model NAME [--batch 128] [--bands 30] [--patch 11]\n"
+                 "                             [--classes 16] [--threads 2] [--steps 20]\n"
+                 "                             [--warmup 3] [--json]\n"
+                 "\n"
+                 "Times training steps (forward, cross-entropy, backward, AdamW) and\n"
+                 "no-grad inference batches of model NAME (cnn2d, hybridsn, cnn1d) on random\n"
+                 "data and prints samples/s (--json: train_samples_per_s,\n"
+                 "infer_samples_per_s, per-phase ms). bench/bench_model.sh runs PyTorch\n"
+                 "(bench/torch_cnn2d.py) beside it with the same threads and prints the ratio.\n",
+                 bench_model})
