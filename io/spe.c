@@ -391,6 +391,10 @@ static hsi_status parse_footer(hsi_spe_info *s, const char *name, int64_t data_e
         calib_ids[0][0] = 0;
         n = 1;
     }
+    if (s->n_frames <= 0)
+        XFAIL("%s: frame count is %lld (XML DataBlock count absent, NumFrames @1446); expected "
+              "> 0",
+              name, (long long)s->n_frames);
     s->n_rois = n;
     s->frame_size = fsize > 0 ? fsize : off;
     s->frame_stride = fstride > 0 ? fstride : s->frame_size;
@@ -522,8 +526,9 @@ int hsi_spe_probe(const void *data, size_t size, char *why, size_t why_len)
                                   (long long)y);
         if (nf <= 0) WHY("NumFrames @1446 = %lld must be > 0", (long long)nf);
         if (ok && dt != HSI_DT_INVALID) {
-            int64_t need = x * y * nf * (int64_t)hsi_dtype_size(dt);
-            if ((uint64_t)need > size - HSI_SPE_HEADER_SIZE)
+            int64_t need = 0;
+            if (!hsi_mul_ok(x * y * (int64_t)hsi_dtype_size(dt), nf, &need) ||
+                (uint64_t)need > size - HSI_SPE_HEADER_SIZE)
                 WHY("%lld x %lld x %lld frames of %s need %lld bytes after the header, the file "
                     "has %zu",
                     (long long)x, (long long)y, (long long)nf, hsi_dtype_name(dt),

@@ -253,6 +253,12 @@ static void test_malformed(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(w);
     w[7] = '9';
     HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n3, "stride", 1), HSI_ERR_FORMAT, "stride");
+    /* no frames: XML count 0 */
+    memcpy(bad, v3, n3);
+    w = strstr((char *)bad + foot, "count=\"3\"");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    w[7] = '0';
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, bad, n3, "count", 1), HSI_ERR_FORMAT, "count");
     /* the same through the file API: error names the file */
     const char *tp = hsi_test_tmp("bad.spe");
     FILE *fp = fopen(tp, "wb");
