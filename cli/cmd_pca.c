@@ -1,0 +1,169 @@
+/* cmd_pca.c — `hsi pca fit IN MODEL` (covariance pass + eigenproblem, the
+ * model saved with its band selection and normalisation) and `hsi pca
+ * apply MODEL IN OUT.hdr` (fused projection to a float32 ENVI cube). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kcli.h"
+#include "kernels/fused.h"
+
+static const char usage[] =
+    "usage: hsi pca fit IN MODEL [-k K | --variance F] [--whiten] [--mask LABELS]\n"
+    "                   [--bands SPEC] [--wavelengths SPEC] [--drop-bbl]\n"
+    "                   [--normalize none|zscore|minmax|global-minmax|l2]\n"
+    "                   [--tile-lines N] [--threads N]\n"
+    "       hsi pca apply MODEL IN OUT.hdr [--interleave bsq|bil|bip] [--tile-lines N]\n"
+    "                   [--threads N]\n"
+    "\n"
+    "fit: covariance of the selected (and normalised) spectra of IN by ssyrk over\n"
+    "pixel blocks, eigenpairs by LAPACK dsyevr; keeps K components (default 10) or\n"
+    "as many as explain more than F (0..1) of the variance. --mask fits on pixels\n"
+    "whose label is nonzero only. Each component's largest loading is made positive.\n"
+    "MODEL is a small binary file (band list, normalisation, mean, components,\n"
+    "explained variance); the summary goes to stdout.\n"
+    "apply: projects IN (same band count as the cube the model was fitted on) and\n"
+    "writes float32 scores with band names 'PCn (x.x %)'.\n";
+
+static int fit(int argc, char **argv)
+{
+    const char *cmd = "pca fit", *in = NULL, *model = NULL, *bands = NULL, *wls = NULL, *mode_s = "none";
+    const char *mask_path = NULL, *v = NULL;
+    int drop_bbl = 0, whiten = 0;
+    long long k = 0, tile = 0, threads = 0;
+    double frac = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--drop-bbl")) drop_bbl = 1;
+        else if (!strcmp(argv[i], "--whiten")) whiten = 1;
+        else if (hsi_cli_opt(argc, argv, &i, "-k", &v)) {
+            if (!hsi_cli_parse_int(cmd, "-k", v, 1, 1 << 20, &k)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--variance", &v)) {
+            if (!hsi_cli_parse_double(cmd, "--variance", v, &frac)) return HSI_EXIT_USAGE;
+            if (!(frac > 0 && frac <= 1)) return hsi_cli_usage_error(cmd, "--variance expects 0 < F <= 1, got %s", v);
+        } else if (hsi_cli_opt(argc, argv, &i, "--mask", &mask_path)) {
+            if (!mask_path) return hsi_cli_usage_error(cmd, "--mask needs a label file");
+        } else if (hsi_cli_opt(argc, argv, &i, "--bands", &bands)) {
+            if (!bands) return hsi_cli_usage_error(cmd, "--bands needs a list");
+        } else if (hsi_cli_opt(argc, argv, &i, "--wavelengths", &wls)) {
+            if (!wls) return hsi_cli_usage_error(cmd, "--wavelengths needs ranges");
+        } else if (hsi_cli_opt(argc, argv, &i, "--normalize", &mode_s)) {
+            if (!mode_s) return hsi_cli_usage_error(cmd, "--normalize needs a mode");
+        } else if (hsi_cli_opt(argc, argv, &i, "--tile-lines", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--tile-lines", v, 1, 1 << 30, &tile)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--threads", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 64, &threads)) return HSI_EXIT_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+        } else if (!in) {
+            in = argv[i];
+        } else if (!model) {
+            model = argv[i];
+        } else {
+            return hsi_cli_usage_error(cmd, "too many arguments ('%s')", argv[i]);
+        }
+    }
+    if (!in || !model) return hsi_cli_usage_error(cmd, "needs IN and MODEL");
+    if (k && frac) return hsi_cli_usage_error(cmd, "give -k or --variance, not both");
+    if (!k && !frac) k = 10;
+    hsi_norm_mode mode;
+    if (hsi_norm_mode_parse(&mode, mode_s) != HSI_OK) return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
+
+    hsi_status st = HSI_OK;
+    int rc = HSI_EXIT_OK;
+    hsi_cube c;
+    kcli_mask mk = {0};
+    hsi_norm norm = {0};
+    hsi_pca pca = {0};
+    int64_t *sel = NULL, ns = 0;
+    hsi_cube_init(&c);
+    HSI_TRY(hsi_cube_open(&c, in, NULL));
+    if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
+    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, bands, wls, drop_bbl));
+    if (k > ns) {
+        st = HSI_FAIL(HSI_ERR_ARG, "-k %lld: only %lld bands are selected", k, (long long)ns);
+        goto cleanup;
+    }
+    hsi_pca_opts po = {.n_components = k, .variance_fraction = frac, .whiten = whiten};
+    HSI_TRY(kcli_fit(&norm, &pca, &c, sel, ns, mode, mk.open ? &mk.view : NULL, &po, tile, (int)threads));
+    HSI_TRY(hsi_pca_save(&pca, model));
+    printf("# %s: PCA of %lld bands (normalize %s%s) on %lld pixels -> %s\n", in, (long long)ns,
+           hsi_norm_mode_name(mode), whiten ? ", whitened" : "", (long long)pca.n_samples, model);
+    printf("%4s %16s %10s %10s\n", "pc", "variance", "ratio %", "cum %");
+    double cum = 0;
+    for (int64_t i = 0; i < pca.n_components; i++) {
+        cum += pca.explained_variance_ratio[i];
+        printf("%4lld %16.8g %10.4f %10.4f\n", (long long)i + 1, pca.explained_variance[i],
+               100 * pca.explained_variance_ratio[i], 100 * cum);
+    }
+cleanup:
+    if (st != HSI_OK) rc = hsi_cli_fail(cmd, st);
+    hsi_pca_free(&pca);
+    hsi_norm_free(&norm);
+    free(sel);
+    kcli_mask_close(&mk);
+    hsi_cube_free(&c);
+    return rc;
+}
+
+static int apply(int argc, char **argv)
+{
+    const char *cmd = "pca apply", *model = NULL, *in = NULL, *out = NULL, *il_s = "bsq", *v = NULL;
+    long long tile = 0, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (hsi_cli_opt(argc, argv, &i, "--interleave", &il_s)) {
+            if (!il_s) return hsi_cli_usage_error(cmd, "--interleave needs bsq, bil or bip");
+        } else if (hsi_cli_opt(argc, argv, &i, "--tile-lines", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--tile-lines", v, 1, 1 << 30, &tile)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--threads", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 64, &threads)) return HSI_EXIT_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+        } else if (!model) {
+            model = argv[i];
+        } else if (!in) {
+            in = argv[i];
+        } else if (!out) {
+            out = argv[i];
+        } else {
+            return hsi_cli_usage_error(cmd, "too many arguments ('%s')", argv[i]);
+        }
+    }
+    if (!model || !in || !out) return hsi_cli_usage_error(cmd, "needs MODEL, IN and OUT.hdr");
+    hsi_interleave il;
+    if (!kcli_parse_interleave(cmd, il_s, &il)) return HSI_EXIT_USAGE;
+    hsi_status st = HSI_OK;
+    int rc = HSI_EXIT_OK;
+    hsi_cube c;
+    hsi_pca pca = {0};
+    hsi_meta om;
+    hsi_meta_init(&om);
+    hsi_cube_init(&c);
+    HSI_TRY(hsi_pca_load(&pca, model));
+    HSI_TRY(hsi_cube_open(&c, in, NULL));
+    if (pca.norm.n_cube_bands != c.view.shape[0]) {
+        st = HSI_FAIL(HSI_ERR_ARG, "%s: the model %s was fitted on a %lld-band cube, this one has %lld bands", in,
+                      model, (long long)pca.norm.n_cube_bands, (long long)c.view.shape[0]);
+        goto cleanup;
+    }
+    char what[256];
+    snprintf(what, sizeof what, "hsi pca apply: %s", model);
+    HSI_TRY(kcli_out_meta(&om, &c.meta, NULL, 0, &pca, what));
+    HSI_TRY(kcli_write_fused(out, &c, &om, NULL, &pca, il, tile, (int)threads));
+cleanup:
+    if (st != HSI_OK) rc = hsi_cli_fail(cmd, st);
+    hsi_meta_free(&om);
+    hsi_pca_free(&pca);
+    hsi_cube_free(&c);
+    return rc;
+}
+
+static int run_pca(int argc, char **argv)
+{
+    if (argc < 2) return hsi_cli_usage_error("pca", "needs 'fit' or 'apply'");
+    if (!strcmp(argv[1], "fit")) return fit(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "apply")) return apply(argc - 1, argv + 1);
+    return hsi_cli_usage_error("pca", "expected 'fit' or 'apply', got '%s'", argv[1]);
+}
+
+HSI_CLI_COMMAND(pca, {"pca", "fit a PCA (saved model) or apply one: float32 scores", usage, run_pca})

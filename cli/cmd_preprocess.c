@@ -1,0 +1,142 @@
+/* cmd_preprocess.c — `hsi preprocess IN OUT.hdr`: band selection ->
+ * normalisation -> optional PCA in one fused pass over the raw cube,
+ * written as a float32 ENVI cube whose band names say what each band is.
+ * Fitting (statistics, PCA) uses the --fit-mask pixels when given. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kcli.h"
+#include "kernels/fused.h"
+
+static const char usage[] =
+    "usage: hsi preprocess IN OUT.hdr [--bands SPEC] [--wavelengths SPEC] [--drop-bbl]\n"
+    "                      [--normalize none|zscore|minmax|global-minmax|l2]\n"
+    "                      [--pca K | --pca-variance F] [--whiten] [--fit-mask LABELS]\n"
+    "                      [--save-model MODEL] [--interleave bsq|bil|bip]\n"
+    "                      [--tile-lines N] [--threads N]\n"
+    "\n"
+    "Reads the raw cube once per step (statistics, PCA fit, output) in tiles, so\n"
+    "memory stays bounded whatever the size, and writes float32.\n"
+    "  --bands SPEC        1-based bands, e.g. 1-20,35,40-\n"
+    "  --wavelengths SPEC  wavelength ranges in nm, e.g. 400-1340,1450-1800,1960-2450\n"
+    "                      (with --bands: the bands in both)\n"
+    "  --drop-bbl          drop the bands the header's bbl marks bad (0)\n"
+    "  --normalize MODE    per-band zscore or minmax, global-minmax over the selected\n"
+    "                      bands, l2 (unit-norm spectra), none (default). The header's\n"
+    "                      gain/offset and reflectance scale factor are applied first;\n"
+    "                      'data ignore value' elements are replaced by the band mean.\n"
+    "  --pca K             project on the first K principal components\n"
+    "  --pca-variance F    ... on as many as explain more than F (0..1) of the variance\n"
+    "  --whiten            divide each component by its standard deviation\n"
+    "  --fit-mask LABELS   fit statistics and PCA on pixels whose label is nonzero only\n"
+    "                      (e.g. the training labels: no test pixels in the fit)\n"
+    "  --save-model MODEL  also write the fitted transform (for 'hsi pca apply')\n"
+    "  --interleave I      output interleave (default bsq)\n"
+    "With --normalize none --pca K the output is (x - mean) . V_k, like scikit-learn's\n"
+    "PCA(K).fit_transform up to each component's sign (hsi makes the largest\n"
+    "loading of each component positive). Band names read e.g. 'PC1 (41.3 %)'.\n";
+
+static int run_preprocess(int argc, char **argv)
+{
+    const char *cmd = "preprocess", *in = NULL, *out = NULL, *bands = NULL, *wls = NULL, *mode_s = "none";
+    const char *mask_path = NULL, *model_path = NULL, *il_s = "bsq", *v = NULL;
+    int drop_bbl = 0, whiten = 0;
+    long long k = 0, tile = 0, threads = 0;
+    double frac = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--drop-bbl")) drop_bbl = 1;
+        else if (!strcmp(argv[i], "--whiten")) whiten = 1;
+        else if (hsi_cli_opt(argc, argv, &i, "--bands", &bands)) {
+            if (!bands) return hsi_cli_usage_error(cmd, "--bands needs a list");
+        } else if (hsi_cli_opt(argc, argv, &i, "--wavelengths", &wls)) {
+            if (!wls) return hsi_cli_usage_error(cmd, "--wavelengths needs ranges");
+        } else if (hsi_cli_opt(argc, argv, &i, "--normalize", &mode_s)) {
+            if (!mode_s) return hsi_cli_usage_error(cmd, "--normalize needs a mode");
+        } else if (hsi_cli_opt(argc, argv, &i, "--pca", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--pca", v, 1, 1 << 20, &k)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--pca-variance", &v)) {
+            if (!hsi_cli_parse_double(cmd, "--pca-variance", v, &frac)) return HSI_EXIT_USAGE;
+            if (!(frac > 0 && frac <= 1)) return hsi_cli_usage_error(cmd, "--pca-variance expects 0 < F <= 1, got %s", v);
+        } else if (hsi_cli_opt(argc, argv, &i, "--fit-mask", &mask_path)) {
+            if (!mask_path) return hsi_cli_usage_error(cmd, "--fit-mask needs a label file");
+        } else if (hsi_cli_opt(argc, argv, &i, "--save-model", &model_path)) {
+            if (!model_path) return hsi_cli_usage_error(cmd, "--save-model needs a path");
+        } else if (hsi_cli_opt(argc, argv, &i, "--interleave", &il_s)) {
+            if (!il_s) return hsi_cli_usage_error(cmd, "--interleave needs bsq, bil or bip");
+        } else if (hsi_cli_opt(argc, argv, &i, "--tile-lines", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--tile-lines", v, 1, 1 << 30, &tile)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--threads", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 64, &threads)) return HSI_EXIT_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+        } else if (!in) {
+            in = argv[i];
+        } else if (!out) {
+            out = argv[i];
+        } else {
+            return hsi_cli_usage_error(cmd, "too many arguments ('%s')", argv[i]);
+        }
+    }
+    if (!in || !out) return hsi_cli_usage_error(cmd, "needs IN and OUT.hdr");
+    if (k && frac) return hsi_cli_usage_error(cmd, "give --pca or --pca-variance, not both");
+    if ((whiten || model_path) && !k && !frac)
+        return hsi_cli_usage_error(cmd, "--whiten and --save-model need --pca or --pca-variance");
+    hsi_norm_mode mode;
+    if (hsi_norm_mode_parse(&mode, mode_s) != HSI_OK) return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
+    hsi_interleave il;
+    if (!kcli_parse_interleave(cmd, il_s, &il)) return HSI_EXIT_USAGE;
+
+    hsi_status st = HSI_OK;
+    int rc = HSI_EXIT_OK, have_pca = 0;
+    hsi_cube c;
+    kcli_mask mk = {0};
+    hsi_norm norm = {0};
+    hsi_pca pca = {0};
+    hsi_meta om;
+    int64_t *sel = NULL, ns = 0;
+    hsi_meta_init(&om);
+    hsi_cube_init(&c);
+    double t0 = hsi_now();
+    HSI_TRY(hsi_cube_open(&c, in, NULL));
+    if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
+    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, bands, wls, drop_bbl));
+    hsi_pca_opts po = {.n_components = k, .variance_fraction = frac, .whiten = whiten};
+    if (k > ns) {
+        st = HSI_FAIL(HSI_ERR_ARG, "--pca %lld: only %lld bands are selected", k, (long long)ns);
+        goto cleanup;
+    }
+    HSI_TRY(kcli_fit(&norm, &pca, &c, sel, ns, mode, mk.open ? &mk.view : NULL, (k || frac) ? &po : NULL,
+                     tile, (int)threads));
+    have_pca = k || frac;
+    char what[256];
+    snprintf(what, sizeof what, "hsi preprocess: %lld bands, normalize %s%s%s", (long long)ns,
+             hsi_norm_mode_name(mode), have_pca ? ", pca" : "", have_pca && whiten ? " (whitened)" : "");
+    HSI_TRY(kcli_out_meta(&om, &c.meta, sel, ns, have_pca ? &pca : NULL, what));
+    if (model_path) HSI_TRY(hsi_pca_save(&pca, model_path));
+    HSI_TRY(kcli_write_fused(out, &c, &om, have_pca ? NULL : &norm, have_pca ? &pca : NULL, il, tile, (int)threads));
+    if (!hsi_is_quiet()) {
+        fprintf(stderr, "hsi preprocess: %s -> %s: %lld bands -> %lld float32 bands (%s) in %.2f s\n", in, out,
+                (long long)c.view.shape[0], (long long)hsi_fused_n_out(&norm, have_pca ? &pca : NULL),
+                hsi_interleave_name(il), hsi_now() - t0);
+        if (have_pca) {
+            double cum = 0;
+            for (int64_t i = 0; i < pca.n_components; i++) cum += pca.explained_variance_ratio[i];
+            fprintf(stderr, "  %lld components explain %.2f %% of the variance (fit on %lld pixels)\n",
+                    (long long)pca.n_components, 100 * cum, (long long)pca.n_samples);
+        }
+    }
+cleanup:
+    if (st != HSI_OK) rc = hsi_cli_fail(cmd, st);
+    hsi_meta_free(&om);
+    hsi_pca_free(&pca);
+    hsi_norm_free(&norm);
+    free(sel);
+    kcli_mask_close(&mk);
+    hsi_cube_free(&c);
+    return rc;
+}
+
+HSI_CLI_COMMAND(preprocess, {"preprocess", "select bands, normalise, PCA: one fused pass to float32 ENVI", usage,
+                             run_preprocess})
