@@ -90,6 +90,12 @@ static void sb_text(sbuf *b, const char *s, int list_item, int keep_newlines)
 {
     for (; *s; s++) {
         char c = *s;
+        if (c == '\n' && keep_newlines) {
+            /* a line starting with ';' would read back as a comment */
+            const char *q = s + 1;
+            while (*q == ' ' || *q == '\t') q++;
+            if (*q == ';') c = ' ';
+        }
         if (c == '{') c = '(';
         else if (c == '}') c = ')';
         else if (list_item && c == ',') c = '-';
@@ -102,7 +108,10 @@ static void sb_str_list(sbuf *b, const char *key, char *const *v, int64_t n)
 {
     sb_add(b, "%s = {", key);
     for (int64_t i = 0; i < n; i++) {
-        if (i) sb_add(b, ",\n ");
+        const char *t = v[i] ? v[i] : "";
+        while (*t == ' ' || *t == '\t') t++;
+        /* an item starting with ';' stays on the previous line (else a comment) */
+        if (i) sb_add(b, *t == ';' ? ", " : ",\n ");
         sb_text(b, v[i] ? v[i] : "", 1, 0);
     }
     sb_add(b, "}\n");

@@ -501,6 +501,27 @@ static void test_meta_roundtrip(void)
     hsi_meta_free(&m);
 }
 
+/* Found by the fuzzer: a list item or text line starting with ';' must not
+ * be written at the start of a line (it would read back as a comment). */
+static void test_format_semicolon_items(void)
+{
+    hsi_meta m, r;
+    HSI_CHECK_OK(parse_str(&m, "ENVI\nsamples = 1\nlines = 1\nbands = 3\ndata type = 1\n"
+                               "interleave = bsq\nbyte order = 0\n"
+                               "band names = {Red, Green,;Blue}\n"));
+    free(m.description);
+    m.description = strdup("line one\n ;line two");
+    char *text = NULL;
+    HSI_CHECK_OK(hsi_envi_format_header(&text, &m, 3, 1, 1, HSI_U8, HSI_BSQ, 0, 0));
+    HSI_CHECK_OK(hsi_envi_parse(&r, text, strlen(text), "rewritten.hdr"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r.band_names);
+    CU_ASSERT_STRING_EQUAL(r.band_names[2], ";Blue");
+    CU_ASSERT(r.description && strstr(r.description, ";line two"));
+    free(text);
+    hsi_meta_free(&r);
+    hsi_meta_free(&m);
+}
+
 static void test_writer_streaming_abort(void)
 {
     const char *dir = fresh_dir("abort");
@@ -782,6 +803,7 @@ HSI_SUITE(envi, 0, {"parse syntax (case, comments, braces, CRLF)", test_parse_sy
           {"round trip interleave x dtype x order x offset", test_roundtrip_matrix},
           {"write with dtype conversion", test_write_convert},
           {"metadata round trip", test_meta_roundtrip},
+          {"';' at the start of list items and text lines", test_format_semicolon_items},
           {"streaming writer, abort", test_writer_streaming_abort},
           {"finding data and header files", test_find_files}, {"gzip data", test_gzip},
           {"major frame offsets", test_major_frames}, {"size checks", test_size_checks},
