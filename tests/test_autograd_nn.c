@@ -280,6 +280,7 @@ static void test_init_and_counts(void)
     memset(hsi_tensor_ptr(x), 0, 4 * 30 * sizeof(float));
     HSI_CHECK_OK(hsi_module_forward(&y, c1, g, x));
     CU_ASSERT_EQUAL(y->data.shape[1], 16);
+    hsi_module_free(a);
     HSI_CHECK_FAILS(hsi_model_create(&a, "resnet", 30, 11, 16, HSI_F32, 1), HSI_ERR_NOT_FOUND, "resnet");
     hsi_graph_free(g);
     hsi_module_free(b), hsi_module_free(h), hsi_module_free(c1);
