@@ -9,6 +9,10 @@
 #include "pipeline/loader.h"
 #include "pipeline/patches.h"
 
+#ifdef HSI_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 typedef struct run_out {
     int64_t n_batches;
     int64_t n_samples;
@@ -294,3 +298,55 @@ static void test_destroy_early(void)
 HSI_SUITE(pipeline_loader, 0, {"0, 1, 3 workers: identical batches", test_workers_identical},
           {"ordered delivery, drop_last, stats", test_order_drop_last_stats},
           {"fill errors propagate", test_errors}, {"destroy mid-epoch", test_destroy_early})
+
+/* CUDA: each batch's device copy, read back on the consumer's stream after
+ * hsi_loader_next made it wait for the copy event, equals the host batch. */
+static void test_device_copy(void)
+{
+#ifdef HSI_HAVE_CUDA
+    cudaStream_t stream;
+    CU_ASSERT_EQUAL_FATAL(cudaStreamCreate(&stream), cudaSuccess);
+    hsi_loader_params p;
+    hsi_loader_params_init(&p);
+    p.n_samples = 203;
+    p.batch_size = 32;
+    p.x_bytes = 16;
+    p.n_workers = 3;
+    p.fill = slow_fill;
+    p.device_copy = 1;
+    p.cuda_stream = stream;
+    hsi_loader *L = NULL;
+    HSI_CHECK_OK(hsi_loader_create(&L, &p));
+    int64_t back[64];
+    int bad = 0, batches = 0, ends = 0;
+    while (ends < 3) {
+        hsi_batch *b;
+        HSI_CHECK_OK(hsi_loader_next(L, &b));
+        if (!b) {
+            ends++;
+            continue;
+        }
+        batches++;
+        bad += b->x_dev == NULL;
+        if (!b->x_dev) break;
+        CU_ASSERT_EQUAL(cudaMemcpyAsync(back, b->x_dev, (size_t)b->n * 16, cudaMemcpyDeviceToHost,
+                                        stream), cudaSuccess);
+        CU_ASSERT_EQUAL(cudaStreamSynchronize(stream), cudaSuccess);
+        bad += memcmp(back, b->x, (size_t)b->n * 16) != 0;
+        for (int64_t i = 0; i < b->n; i++) bad += back[2 * i] != b->samples[i];
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(batches, 3 * 7);
+    hsi_loader_stats st;
+    hsi_loader_get_stats(L, &st);
+    CU_ASSERT_EQUAL(st.pinned, 1);
+    CU_ASSERT_EQUAL(st.device_copy, 1);
+    hsi_loader_destroy(L);
+    cudaStreamDestroy(stream);
+#else
+    CU_FAIL("built without CUDA");
+#endif
+}
+
+HSI_SUITE(pipeline_loader_cuda, HSI_SUITE_NEEDS_CUDA,
+          {"device copies equal the host batches", test_device_copy})
