@@ -9,6 +9,8 @@
 
 #include "io/cube.h"
 #include "io/gdal_io.h"
+#include "io/labels.h"
+#include "io/quicklook.h"
 
 #define FIX "tests/fixtures/formats/"
 
@@ -159,6 +161,58 @@ static void test_png(void)
     HSI_CHECK_FAILS(hsi_gdal_write_png(out, img, 5, 7, 2), HSI_ERR_ARG, "1, 3 or 4");
 }
 
+/* Reads band b (1-based) of a PNG through GDAL into out (w*h bytes). */
+static int png_band(const char *path, int b, uint8_t *out, int *w, int *h, int *n)
+{
+    GDALDatasetH ds = GDALOpen(path, GA_ReadOnly);
+    if (!ds) return 0;
+    *w = GDALGetRasterXSize(ds);
+    *h = GDALGetRasterYSize(ds);
+    *n = GDALGetRasterCount(ds);
+    int ok = out == NULL || GDALRasterIO(GDALGetRasterBand(ds, b), GF_Read, 0, 0, *w, *h, out, *w,
+                                         *h, GDT_Byte, 0, 0) == CE_None;
+    GDALClose(ds);
+    return ok;
+}
+
+static void test_quicklook(void)
+{
+    hsi_cube c;
+    HSI_CHECK_OK(hsi_cube_open(&c, FIX "cube3.tif", NULL));
+    const char *out = hsi_test_tmp("ql.png");
+    int64_t band[3] = {2, 1, 0};
+    HSI_CHECK_OK(hsi_quicklook_rgb_png(out, &c.view, band, 0.0, &c.meta));
+    uint8_t r[30], b[30];
+    int w = 0, h = 0, n = 0;
+    CU_ASSERT_FATAL(png_band(out, 1, r, &w, &h, &n));
+    CU_ASSERT(w == 6 && h == 5 && n == 3);
+    CU_ASSERT_FATAL(png_band(out, 3, b, &w, &h, &n));
+    /* min..max stretch: 10y + x + const spans 0..45 in every band */
+    CU_ASSERT_EQUAL(r[0], 0);
+    CU_ASSERT_EQUAL(r[29], 255);
+    CU_ASSERT_EQUAL(b[1 * 6 + 2], (uint8_t)lrint(12.0 / 45.0 * 255.0));
+    band[0] = 3;
+    HSI_CHECK_FAILS(hsi_quicklook_rgb_png(out, &c.view, band, 2.0, &c.meta), HSI_ERR_ARG, "band 3");
+    hsi_cube_free(&c);
+
+    /* a label map with legend: map pixels in the file's class colours */
+    hsi_labels l;
+    HSI_CHECK_OK(hsi_labels_open(&l, FIX "classes_envi.hdr", NULL));
+    out = hsi_test_tmp("qll.png");
+    HSI_CHECK_OK(hsi_quicklook_labels(out, &l, 1));
+    CU_ASSERT_FATAL(png_band(out, 1, NULL, &w, &h, &n));
+    CU_ASSERT(w > 6 + 40 && h >= 4 && n == 3); /* map + legend panel */
+    uint8_t *g = malloc((size_t)(w * h));
+    CU_ASSERT_FATAL(png_band(out, 2, g, &w, &h, &n));
+    CU_ASSERT_EQUAL(g[2 * w + 3], 200); /* class 1 "Grass" = (0, 200, 0) */
+    CU_ASSERT_EQUAL(g[0], 0);           /* unlabelled: black */
+    free(g);
+    HSI_CHECK_OK(hsi_quicklook_labels(out, &l, 0));
+    CU_ASSERT_FATAL(png_band(out, 1, NULL, &w, &h, &n));
+    CU_ASSERT(w == 6 && h == 4);
+    hsi_labels_free(&l);
+}
+
 static void test_dispatch(void)
 {
     hsi_cube c;
@@ -215,4 +269,5 @@ static void test_dispatch(void)
 HSI_SUITE(gdal, 0, {"read GeoTIFF (GDAL-written)", test_read_geotiff},
           {"ENVI map info -> GeoTIFF geotransform/CRS", test_envi_to_geotiff},
           {"classification GeoTIFF", test_write_classes}, {"PNG", test_png},
+          {"quicklook PNGs (cube, label map + legend)", test_quicklook},
           {"open by content", test_dispatch})
