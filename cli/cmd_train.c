@@ -1,0 +1,338 @@
+/* cmd_train.c — `hsi train`, `hsi predict`, `hsi eval` and `hsi profile
+ * train`: argument parsing and reporting around cli/train.c. */
+#include <cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "cli/train.h"
+#include "models/nn.h"
+
+static const char train_usage[] =
+    "usage: hsi train CUBE LABELS --out DIR [options]\n"
+    "       hsi train --train-labels TRAIN --test-labels TEST CUBE --out DIR [options]\n"
+    "       hsi train --list-models\n"
+    "\n"
+    "Splits the labelled pixels, fits normalisation and PCA on the TRAINING pixels\n"
+    "only (unless --fit-on all), trains a CNN with validation each epoch, keeps the\n"
+    "best epoch, and writes to DIR: model.safetensors, pipeline.json (+ pca.bin),\n"
+    "metrics.json (OA, AA, kappa, per-class recall/precision/F1, confusion matrix,\n"
+    "split counts, timings), split.json, map.hdr + map (ENVI classification),\n"
+    "map.png (with legend), map.tif (when the cube is georeferenced), train.log,\n"
+    "train_state.safetensors (for --resume).\n"
+    "\n"
+    "model and data:\n"
+    "  --model NAME        cnn2d (default), hybridsn, cnn1d (see --list-models)\n"
+    "  --var NAME          .mat variable of the cube; --labels-var NAME for labels\n"
+    "  --bands SPEC        use these bands (1-based, e.g. 1-100,120-)\n"
+    "  --wavelengths SPEC  use bands inside these ranges in nm (400-1340,1450-1800)\n"
+    "  --keep-bad-bands    do not drop bands marked bbl = 0\n"
+    "  --normalize MODE    zscore (default), minmax, global-minmax, l2, none\n"
+    "  --pca K             principal components (default 30; 0 = no PCA)\n"
+    "  --pca-variance F    components explaining fraction F of the variance\n"
+    "  --whiten            whitened components\n"
+    "  --fit-on train|all  fit normalisation/PCA on training pixels (default) or on\n"
+    "                      every pixel (the usual literature protocol: leaky, flagged)\n"
+    "  --patch P           odd patch size (default 11; hybridsn paper: 25)\n"
+    "  --pad mirror|zero   border handling (default mirror)\n"
+    "split:\n"
+    "  --split random|disjoint   stratified random pixels (default) or spatially\n"
+    "                      disjoint blocks with a guard band of P/2 pixels\n"
+    "  --train F           fraction of each class for training (default 0.1)\n"
+    "  --per-class N       N training pixels per class instead\n"
+    "  --val F             fraction of the training pixels kept for validation (0.1)\n"
+    "  --block N           disjoint block size in pixels (default 16)\n"
+    "  --train-labels F, --test-labels F   explicit split maps\n"
+    "training:\n"
+    "  --epochs N (40)  --batch N (64)  --lr X (1e-3, AdamW, cosine schedule)\n"
+    "  --weight-decay X (1e-4)  --patience N (15; early stop on validation OA, 0 = off)\n"
+    "  --no-augment        no flips/rotations\n"
+    "  --seed N (1)  --workers N (1)  --prefetch N (2)  --threads N (BLAS threads)\n"
+    "  --device cpu|cuda|auto   (auto: cpu; GPU training is not implemented yet)\n"
+    "  --resume            continue from DIR/train_state.safetensors\n"
+    "  --quiet             no progress lines\n";
+
+static int parse_train_args(hsi_train_config *c, int argc, char **argv, const char *cmd,
+                            const char **out, int *list)
+{
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        long long k;
+        double d;
+#define NEED(opt)                                                                                  \
+    if (!v) return hsi_cli_usage_error(cmd, "%s needs a value", opt)
+        if (!strcmp(argv[i], "--list-models")) *list = 1;
+        else if (hsi_cli_opt(argc, argv, &i, "--out", &v)) { NEED("--out"); *out = v; }
+        else if (hsi_cli_opt(argc, argv, &i, "--model", &v)) { NEED("--model"); c->model = v; }
+        else if (hsi_cli_opt(argc, argv, &i, "--var", &v)) { NEED("--var"); c->cube_var = v; }
+        else if (hsi_cli_opt(argc, argv, &i, "--labels-var", &v)) { NEED("--labels-var"); c->labels_var = v; }
+        else if (hsi_cli_opt(argc, argv, &i, "--bands", &v)) { NEED("--bands"); c->bands_spec = v; }
+        else if (hsi_cli_opt(argc, argv, &i, "--wavelengths", &v)) { NEED("--wavelengths"); c->wavelengths_spec = v; }
+        else if (!strcmp(argv[i], "--keep-bad-bands")) c->keep_bad_bands = 1;
+        else if (hsi_cli_opt(argc, argv, &i, "--normalize", &v)) {
+            NEED("--normalize");
+            if (hsi_norm_mode_parse(&c->norm, v) != HSI_OK)
+                return hsi_cli_usage_error(cmd, "--normalize expects zscore, minmax, global-minmax, l2 or none");
+        } else if (hsi_cli_opt(argc, argv, &i, "--pca", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--pca", v, 0, 10000, &k)) return HSI_EXIT_USAGE;
+            c->pca = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--pca-variance", &v)) {
+            if (!hsi_cli_parse_double(cmd, "--pca-variance", v, &d)) return HSI_EXIT_USAGE;
+            if (d <= 0 || d > 1) return hsi_cli_usage_error(cmd, "--pca-variance must be in (0, 1]");
+            c->pca_variance = d;
+            c->pca = 0;
+        } else if (!strcmp(argv[i], "--whiten")) c->whiten = 1;
+        else if (hsi_cli_opt(argc, argv, &i, "--fit-on", &v)) {
+            NEED("--fit-on");
+            if (!strcmp(v, "all")) c->fit_on_all = 1;
+            else if (!strcmp(v, "train")) c->fit_on_all = 0;
+            else return hsi_cli_usage_error(cmd, "--fit-on expects train or all");
+        } else if (hsi_cli_opt(argc, argv, &i, "--patch", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--patch", v, 1, 99, &k)) return HSI_EXIT_USAGE;
+            c->patch = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--pad", &v)) {
+            NEED("--pad");
+            if (!strcmp(v, "mirror")) c->pad = HSI_PAD_MIRROR;
+            else if (!strcmp(v, "zero")) c->pad = HSI_PAD_ZERO;
+            else return hsi_cli_usage_error(cmd, "--pad expects mirror or zero");
+        } else if (hsi_cli_opt(argc, argv, &i, "--split", &v)) {
+            NEED("--split");
+            if (!strcmp(v, "random")) c->split = HSI_SPLIT_RANDOM;
+            else if (!strcmp(v, "disjoint")) c->split = HSI_SPLIT_DISJOINT;
+            else return hsi_cli_usage_error(cmd, "--split expects random or disjoint");
+        } else if (hsi_cli_opt(argc, argv, &i, "--train", &v)) {
+            if (!hsi_cli_parse_double(cmd, "--train", v, &d)) return HSI_EXIT_USAGE;
+            if (d <= 0 || d >= 1) return hsi_cli_usage_error(cmd, "--train is a fraction in (0, 1); use --per-class N for counts");
+            c->train_fraction = d;
+        } else if (hsi_cli_opt(argc, argv, &i, "--per-class", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--per-class", v, 1, 1LL << 40, &k)) return HSI_EXIT_USAGE;
+            c->per_class = k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--val", &v)) {
+            if (!hsi_cli_parse_double(cmd, "--val", v, &d)) return HSI_EXIT_USAGE;
+            if (d < 0 || d >= 1) return hsi_cli_usage_error(cmd, "--val must be in [0, 1)");
+            c->val_fraction = d;
+        } else if (hsi_cli_opt(argc, argv, &i, "--block", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--block", v, 2, 100000, &k)) return HSI_EXIT_USAGE;
+            c->block = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--train-labels", &v)) { NEED("--train-labels"); c->train_labels = v; }
+        else if (hsi_cli_opt(argc, argv, &i, "--test-labels", &v)) { NEED("--test-labels"); c->test_labels = v; }
+        else if (hsi_cli_opt(argc, argv, &i, "--epochs", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--epochs", v, 1, 100000, &k)) return HSI_EXIT_USAGE;
+            c->epochs = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--batch", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
+            c->batch = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--lr", &v)) {
+            if (!hsi_cli_parse_double(cmd, "--lr", v, &d)) return HSI_EXIT_USAGE;
+            if (d <= 0) return hsi_cli_usage_error(cmd, "--lr must be > 0");
+            c->lr = d;
+        } else if (hsi_cli_opt(argc, argv, &i, "--weight-decay", &v)) {
+            if (!hsi_cli_parse_double(cmd, "--weight-decay", v, &d)) return HSI_EXIT_USAGE;
+            c->weight_decay = d;
+        } else if (hsi_cli_opt(argc, argv, &i, "--patience", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--patience", v, 0, 100000, &k)) return HSI_EXIT_USAGE;
+            c->patience = (int)k;
+        } else if (!strcmp(argv[i], "--no-augment")) c->augment = 0;
+        else if (hsi_cli_opt(argc, argv, &i, "--seed", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--seed", v, 0, 1LL << 62, &k)) return HSI_EXIT_USAGE;
+            c->seed = (uint64_t)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--workers", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--workers", v, 0, 64, &k)) return HSI_EXIT_USAGE;
+            c->workers = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--prefetch", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--prefetch", v, 1, 64, &k)) return HSI_EXIT_USAGE;
+            c->prefetch = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--threads", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 256, &k)) return HSI_EXIT_USAGE;
+            c->threads = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) { NEED("--device"); c->device = v; }
+        else if (!strcmp(argv[i], "--resume")) c->resume = 1;
+        else if (!strcmp(argv[i], "--quiet")) c->verbose = 0;
+        else if (argv[i][0] == '-' && argv[i][1]) return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+        else if (npos < 2) pos[npos++] = argv[i];
+        else return hsi_cli_usage_error(cmd, "too many arguments ('%s')", argv[i]);
+#undef NEED
+    }
+    if (*list) return HSI_EXIT_OK;
+    c->cube_path = pos[0];
+    c->labels_path = pos[1];
+    if (!c->cube_path) return hsi_cli_usage_error(cmd, "which cube? (hsi train CUBE LABELS --out DIR)");
+    if (!!c->train_labels != !!c->test_labels)
+        return hsi_cli_usage_error(cmd, "--train-labels and --test-labels go together");
+    if (!c->labels_path && !c->train_labels)
+        return hsi_cli_usage_error(cmd, "which labels? (hsi train CUBE LABELS --out DIR)");
+    if (c->labels_path && c->train_labels)
+        return hsi_cli_usage_error(cmd, "give LABELS or --train-labels/--test-labels, not both");
+    if (!*out) return hsi_cli_usage_error(cmd, "--out DIR is required");
+    c->out_dir = *out;
+    return HSI_EXIT_OK;
+}
+
+static int list_models(void)
+{
+    printf("%-10s %12s  %s\n", "model", "parameters", "description (16 classes, default input)");
+    for (const hsi_model_spec *s = hsi_model_list(); s && s->name; s++) {
+        hsi_module *m = NULL;
+        int patch = !strcmp(s->name, "hybridsn") ? 25 : !strcmp(s->name, "cnn1d") ? 1 : 11;
+        long long n = -1;
+        if (hsi_model_create(&m, s->name, 30, patch, 16, HSI_F32, 0) == HSI_OK) {
+            n = (long long)hsi_module_param_count(m);
+            hsi_module_free(m);
+        }
+        printf("%-10s %12lld  %s\n", s->name, n, s->summary);
+    }
+    return HSI_EXIT_OK;
+}
+
+static int run_train_like(int argc, char **argv, const char *cmd, int profile)
+{
+    hsi_train_config c;
+    hsi_train_config_init(&c);
+    const char *out = NULL;
+    int list = 0;
+    int rc = parse_train_args(&c, argc, argv, cmd, &out, &list);
+    if (rc != HSI_EXIT_OK) return rc;
+    if (list) return list_models();
+    if (c.threads > 0) {
+        char buf[16];
+        snprintf(buf, sizeof buf, "%d", c.threads);
+        setenv("OPENBLAS_NUM_THREADS", buf, 1);
+    }
+    hsi_train_result res;
+    /* train.log beside the outputs */
+    mkdir(c.out_dir, 0755);
+    char logpath[4096];
+    snprintf(logpath, sizeof logpath, "%s/train.log", c.out_dir);
+    FILE *log = fopen(logpath, c.resume ? "a" : "w");
+    c.log = log;
+    hsi_status st = hsi_train_run(&c, &res);
+    if (log) fclose(log);
+    if (st != HSI_OK) return hsi_cli_fail(cmd, st);
+    printf("\nOA %.2f %%  AA %.2f %%  kappa %.4f  (%lld test pixels)\n", 100 * res.oa, 100 * res.aa,
+           res.kappa, (long long)res.n_test);
+    printf("outputs in %s: model.safetensors pipeline.json metrics.json map.png map.hdr\n", c.out_dir);
+    printf("map picture: %s/map.png\n", c.out_dir);
+    if (profile) {
+        const hsi_train_profile *p = &res.prof;
+        double step = p->forward + p->backward + p->optimizer + p->loader_wait;
+        printf("\nstage            seconds   share\n");
+        struct { const char *name; double s; } rows[] = {
+            {"read", p->read}, {"split", p->split}, {"preprocess", p->preprocess},
+            {"loader wait", p->loader_wait}, {"forward", p->forward}, {"backward", p->backward},
+            {"optimizer", p->optimizer}, {"validate", p->validate}, {"predict", p->predict},
+            {"write", p->write}};
+        for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+            printf("%-14s %9.3f  %5.1f %%\n", rows[i].name, rows[i].s, 100 * rows[i].s / p->total);
+        printf("%-14s %9.3f\n", "total", p->total);
+        printf("training steps: %lld, %lld samples, %.0f samples/s, loader wait %.1f %% of step time\n",
+               (long long)p->steps, (long long)p->train_samples, res.train_samples_per_s,
+               step > 0 ? 100 * p->loader_wait / step : 0);
+        cJSON *j = cJSON_CreateObject();
+        for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) cJSON_AddNumberToObject(j, rows[i].name, rows[i].s);
+        cJSON_AddNumberToObject(j, "total", p->total);
+        cJSON_AddNumberToObject(j, "steps", (double)p->steps);
+        cJSON_AddNumberToObject(j, "train_samples_per_s", res.train_samples_per_s);
+        char *s = cJSON_PrintUnformatted(j);
+        printf("%s\n", s);
+        char jp[4096];
+        snprintf(jp, sizeof jp, "%s/profile.json", c.out_dir);
+        FILE *fp = fopen(jp, "w");
+        if (fp) {
+            fprintf(fp, "%s\n", s);
+            fclose(fp);
+        }
+        free(s);
+        cJSON_Delete(j);
+    }
+    return HSI_EXIT_OK;
+}
+
+static int train_run(int argc, char **argv) { return run_train_like(argc, argv, "train", 0); }
+
+HSI_CLI_COMMAND(train, {"train", "train a classifier on a labelled cube: metrics, map, model",
+                        train_usage, train_run})
+
+static int profile_run(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "train") != 0)
+        return hsi_cli_usage_error("profile", "usage: hsi profile train CUBE LABELS --out DIR [train options]");
+    return run_train_like(argc - 1, argv + 1, "profile train", 1);
+}
+
+HSI_CLI_COMMAND(profile, {"profile", "per-stage timings of a job: hsi profile train ...",
+                          "usage: hsi profile train CUBE LABELS --out DIR [hsi train options]\n"
+                          "\n"
+                          "Runs `hsi train` and prints the seconds spent per stage (read, split,\n"
+                          "preprocess, loader wait, forward, backward, optimizer, validate,\n"
+                          "predict, write) as a table and as JSON (also DIR/profile.json).\n",
+                          profile_run})
+
+static int predict_run(int argc, char **argv)
+{
+    const char *pos[3] = {NULL, NULL, NULL}, *var = NULL;
+    int npos = 0, batch = 256, verbose = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        long long k;
+        if (hsi_cli_opt(argc, argv, &i, "--var", &v)) var = v;
+        else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
+            if (!hsi_cli_parse_int("predict", "--batch", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
+            batch = (int)k;
+        } else if (!strcmp(argv[i], "--quiet")) verbose = 0;
+        else if (argv[i][0] == '-' && argv[i][1]) return hsi_cli_usage_error("predict", "unknown option '%s'", argv[i]);
+        else if (npos < 3) pos[npos++] = argv[i];
+        else return hsi_cli_usage_error("predict", "too many arguments");
+    }
+    if (npos < 3) return hsi_cli_usage_error("predict", "need DIR CUBE OUT");
+    hsi_status st = hsi_predict_run(pos[0], pos[1], var, pos[2], batch, verbose);
+    if (st != HSI_OK) return hsi_cli_fail("predict", st);
+    printf("wrote %s\n", pos[2]);
+    return HSI_EXIT_OK;
+}
+
+HSI_CLI_COMMAND(predict, {"predict", "classify every pixel of a cube with a trained model",
+                          "usage: hsi predict DIR CUBE OUT [--var NAME] [--batch N] [--quiet]\n"
+                          "\n"
+                          "DIR is an `hsi train` output directory. The cube is preprocessed with\n"
+                          "the fitted pipeline and classified in line tiles (memory holds one\n"
+                          "tile of the preprocessed cube). OUT: .hdr (ENVI classification), .tif\n"
+                          "(GeoTIFF with colour table) or .png (picture with legend).\n",
+                          predict_run})
+
+static int eval_run(int argc, char **argv)
+{
+    const char *pos[3] = {NULL, NULL, NULL}, *var = NULL, *lvar = NULL, *json = NULL;
+    int npos = 0, batch = 256;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        long long k;
+        if (hsi_cli_opt(argc, argv, &i, "--var", &v)) var = v;
+        else if (hsi_cli_opt(argc, argv, &i, "--labels-var", &v)) lvar = v;
+        else if (hsi_cli_opt(argc, argv, &i, "--json", &v)) json = v;
+        else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
+            if (!hsi_cli_parse_int("eval", "--batch", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
+            batch = (int)k;
+        } else if (argv[i][0] == '-' && argv[i][1]) return hsi_cli_usage_error("eval", "unknown option '%s'", argv[i]);
+        else if (npos < 3) pos[npos++] = argv[i];
+        else return hsi_cli_usage_error("eval", "too many arguments");
+    }
+    if (npos < 3) return hsi_cli_usage_error("eval", "need DIR CUBE LABELS");
+    double oa = 0;
+    hsi_status st = hsi_eval_run(pos[0], pos[1], var, pos[2], lvar, json, batch, 1, &oa);
+    if (st != HSI_OK) return hsi_cli_fail("eval", st);
+    return HSI_EXIT_OK;
+}
+
+HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
+                       "usage: hsi eval DIR CUBE LABELS [--var NAME] [--labels-var NAME]\n"
+                       "                [--json OUT.json] [--batch N]\n"
+                       "\n"
+                       "Predicts every labelled pixel of LABELS and prints OA, AA, kappa,\n"
+                       "per-class recall/precision/F1 and the confusion matrix. Note: pixels\n"
+                       "the model was trained on are scored too; use the test split in\n"
+                       "metrics.json for an honest figure on the training scene.\n",
+                       eval_run})
