@@ -45,7 +45,7 @@ static hsi_status cov_worker(void *vc, int t, int nt)
     int64_t nf = c->pp.n_bands, L = cube->shape[1], S = cube->shape[2], ch = c->chunk;
     float *blk = hsi_aligned_alloc(sizeof(float) * (size_t)(ch * nf));
     float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, ch, nf));
-    float *Cf = hsi_aligned_alloc(sizeof(float) * (size_t)(nf * nf));
+    float *Cf = hsi_aligned_alloc(sizeof(float) * (size_t)(nf * nf + ch + nf));
     if (!blk || !scr || !Cf) {
         hsi_aligned_free(blk);
         hsi_aligned_free(scr);
@@ -53,6 +53,8 @@ static hsi_status cov_worker(void *vc, int t, int nt)
         return HSI_FAIL(HSI_ERR_NOMEM, "covariance: cannot allocate a %lld x %lld block", (long long)ch,
                         (long long)nf);
     }
+    float *ones = Cf + nf * nf, *colsum = ones + ch;
+    for (int64_t p = 0; p < ch; p++) ones[p] = 1.0f;
     double *Sm = c->S + (int64_t)t * nf * nf, *sv = c->s + t * nf;
     int64_t l0, l1, fill = 0, tl0;
     int bm = !hsi_kern_pixel_major_input(cube);
@@ -95,15 +97,14 @@ static hsi_status cov_worker(void *vc, int t, int nt)
                                 (int)nf, 0.0f, Cf, (int)nf);
                 for (int64_t i = 0; i < nf; i++)
                     for (int64_t j = i; j < nf; j++) Sm[i * nf + j] += Cf[i * nf + j];
-                if (bm)
-                    for (int64_t j = 0; j < nf; j++) {
-                        double acc = 0;
-                        for (int64_t p = 0; p < fill; p++) acc += blk[j * ch + p];
-                        sv[j] += acc;
-                    }
-                else
-                    for (int64_t p = 0; p < fill; p++)
-                        for (int64_t j = 0; j < nf; j++) sv[j] += blk[p * nf + j];
+                /* column sums of the block by sgemv against ones, into double */
+                if (bm) /* colsum = blk (nf, fill) . ones */
+                    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nf, (int)fill, 1.0f, blk, (int)ch, ones, 1,
+                                0.0f, colsum, 1);
+                else /* colsum = blk^T (fill, nf)^T . ones */
+                    cblas_sgemv(CblasRowMajor, CblasTrans, (int)fill, (int)nf, 1.0f, blk, (int)nf, ones, 1,
+                                0.0f, colsum, 1);
+                for (int64_t j = 0; j < nf; j++) sv[j] += colsum[j];
                 c->n[t] += fill;
                 fill = 0;
             }

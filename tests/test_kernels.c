@@ -748,6 +748,62 @@ static void test_mapped_cube(void)
     hsi_view_release(&mem);
 }
 
+/* Covariance of a larger cube whose mean is 400 std: float blocks (shifted)
+ * summed in double must stay within 1e-5 of a naive two-pass double
+ * computation (written here, element by element). */
+static void test_covariance_precision(void)
+{
+    int64_t B = 24, L = 96, S = 160, N = L * S;
+    double *vals = malloc(sizeof(double) * (size_t)(B * N));
+    uint64_t h = 88172645463325252ull;
+    for (int64_t p = 0; p < N; p++) {
+        h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+        double a = (double)(h % 1000) / 1000.0 - 0.5;
+        h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+        double b2 = (double)(h % 1000) / 1000.0 - 0.5;
+        for (int64_t b = 0; b < B; b++) {
+            h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+            double v = 20000 + 150 * a * sin(0.3 * (double)b) + 60 * b2 * cos(0.7 * (double)b) + (double)(h % 11);
+            vals[b * N + p] = (double)(float)(v + 0.001 * (double)(h % 997)); /* exact in float32 */
+        }
+    }
+    double *mean = calloc((size_t)B, sizeof(double)), *cov = calloc((size_t)(B * B), sizeof(double));
+    double *m2 = calloc((size_t)B, sizeof(double)), *c2 = calloc((size_t)(B * B), sizeof(double));
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t p = 0; p < N; p++) m2[b] += vals[b * N + p];
+        m2[b] /= (double)N;
+    }
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t j = 0; j < B; j++) {
+            double acc = 0;
+            for (int64_t p = 0; p < N; p++) acc += (vals[i * N + p] - m2[i]) * (vals[j * N + p] - m2[j]);
+            c2[i * B + j] = acc / (double)(N - 1);
+        }
+    for (int il = 0; il < 3; il++) {
+        hsi_view v = make_cube(vals, B, L, S, HSI_F32, il, il == 2);
+        int64_t n = 0;
+        hsi_pca_opts o = {.n_threads = 2};
+        HSI_CHECK_OK(hsi_covariance(mean, cov, &n, &v, NULL, &o));
+        CU_ASSERT_EQUAL(n, N);
+        double worst = 0;
+        for (int64_t i = 0; i < B; i++) {
+            CU_ASSERT(fabs(mean[i] - m2[i]) <= 1e-9 * m2[i]);
+            for (int64_t j = 0; j < B; j++) {
+                double e = fabs(cov[i * B + j] - c2[i * B + j]) / sqrt(c2[i * B + i] * c2[j * B + j]);
+                worst = e > worst ? e : worst;
+            }
+        }
+        if (worst > 1e-5) fprintf(stderr, "\n  %s: covariance relative error %.3g", il_name[il], worst);
+        CU_ASSERT(worst <= 1e-5);
+        hsi_view_release(&v);
+    }
+    free(vals);
+    free(mean);
+    free(cov);
+    free(m2);
+    free(c2);
+}
+
 HSI_SUITE(kernels_stats, 0, {"stats: 3 dtypes x 3 interleaves x 2 byte orders x 1-3 threads", test_stats_layouts},
           {"stats: naive reference path", test_stats_reference_path},
           {"stats: crop + band subset views", test_stats_subview}, {"stats: pixel masks", test_stats_mask},
@@ -759,7 +815,8 @@ HSI_SUITE(kernels_normalize, 0, {"normalize: zscore/minmax/global/l2, unfused + 
 HSI_SUITE(kernels_pca, 0, {"pca: sklearn fit on 18 layouts + scores", test_pca_fit_layouts},
           {"pca: whiten, inverse, variance fraction", test_pca_whiten_inverse_fraction},
           {"pca: mask, zscore chain, band subset", test_pca_mask_norm_subset},
-          {"pca: save/load + corrupt files", test_pca_save_load})
+          {"pca: save/load + corrupt files", test_pca_save_load},
+          {"pca: covariance of a 15k-pixel cube vs naive double", test_covariance_precision})
 HSI_SUITE(kernels_fused, 0, {"fused == unfused (modes, subsets, ignore, layouts, sink)", test_fused_equals_unfused})
 HSI_SUITE(kernels_bands, 0, {"bands: spec, wavelengths, bbl", test_bands_parse},
           {"bands: variance ranking + OPBS vs numpy", test_bands_rank_opbs})
