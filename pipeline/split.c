@@ -603,6 +603,16 @@ void hsi_split_free(hsi_split *s)
     memset(s, 0, sizeof *s);
 }
 
+hsi_status hsi_split_mask(hsi_view *out, const hsi_split *s, unsigned roles)
+{
+    int64_t shape[2] = {s->n_lines, s->n_samples};
+    hsi_status st = hsi_view_alloc(out, HSI_U8, 2, shape, HSI_BUF_HOST);
+    if (st != HSI_OK) return st;
+    uint8_t *m = out->buf->data;
+    for (int64_t i = 0; i < s->n_lines * s->n_samples; i++) m[i] = (roles >> s->role[i]) & 1u;
+    return HSI_OK;
+}
+
 int64_t hsi_split_min_distance(const hsi_split *s, int role_a, int role_b)
 {
     /* Chessboard distance transform to role_b (two chamfer passes, exact

@@ -106,6 +106,12 @@ void hsi_split_free(hsi_split *s);
 /* Class index of an original label value, or -1. */
 int hsi_split_class_of(const hsi_split *s, int64_t label);
 
+/* out: new (lines, samples) uint8 host view, 1 where the pixel's role r
+ * has bit (1 << r) set in roles, else 0. With roles = 1 << HSI_ROLE_TRAIN
+ * it is the mask the kernels take to fit normalisation and PCA on
+ * training pixels only. */
+hsi_status hsi_split_mask(hsi_view *out, const hsi_split *s, unsigned roles);
+
 /* Smallest Chebyshev distance between a pixel of role a and one of role b
  * (INT64_MAX when either is empty). Used to check the guard band. */
 int64_t hsi_split_min_distance(const hsi_split *s, int role_a, int role_b);

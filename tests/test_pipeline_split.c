@@ -102,6 +102,20 @@ static void test_random_fraction(void)
         CU_ASSERT_EQUAL(c[HSI_ROLE_NONE], 0);
     }
     CU_ASSERT_EQUAL(s.n_warnings, 0);
+    /* masks for fitting on training pixels */
+    hsi_view m;
+    HSI_CHECK_OK(hsi_split_mask(&m, &s, (1u << HSI_ROLE_TRAIN) | (1u << HSI_ROLE_VAL)));
+    CU_ASSERT_EQUAL(m.shape[0], L);
+    CU_ASSERT_EQUAL(m.shape[1], S);
+    int64_t on = 0, wrong = 0;
+    for (int64_t i = 0; i < L * S; i++) {
+        uint8_t v = ((uint8_t *)m.buf->data)[i];
+        on += v;
+        wrong += v != (s.role[i] == HSI_ROLE_TRAIN || s.role[i] == HSI_ROLE_VAL);
+    }
+    CU_ASSERT_EQUAL(on, s.n[HSI_ROLE_TRAIN] + s.n[HSI_ROLE_VAL]);
+    CU_ASSERT_EQUAL(wrong, 0);
+    hsi_view_release(&m);
     /* same seed: same roles; another seed: other roles, same counts */
     HSI_CHECK_OK(hsi_split_make(&s2, &lab, &p));
     CU_ASSERT_EQUAL(memcmp(s.role, s2.role, (size_t)(L * S)), 0);
