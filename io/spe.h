@@ -45,7 +45,7 @@ typedef struct hsi_spe_info {
     int n_rois;
     hsi_spe_roi rois[HSI_SPE_MAX_ROIS];
     double exposure_ms; /* 2.x exp_sec*1000 @10; 3.0 ShutterTiming/ExposureTime; NAN if unknown */
-    char date[32];      /* 2.x header date (UTF-8, from Latin-1) or 3.0 Origin created */
+    char date[48];      /* 2.x header date (UTF-8, from Latin-1) or 3.0 Origin created */
     char software[96];  /* 3.0 Origin software + version, "" otherwise */
     char camera[96];    /* 3.0 camera model, "" otherwise */
     char comments[5 * 81]; /* 2.x comments joined by " | " (UTF-8) */

@@ -4,6 +4,7 @@
  * GeoTIFF colour table/categories, PNG size and pixels, content dispatch. */
 #include "test.h"
 
+#include <cpl_error.h>
 #include <gdal.h>
 #include <ogr_srs_api.h>
 
@@ -40,6 +41,51 @@ static void test_read_geotiff(void)
     double gt[6];
     CU_ASSERT_TRUE(hsi_meta_geotransform(&c.meta, gt));
     HSI_ASSERT_NEAR(gt[5], -15.0, 1e-12);
+    hsi_cube_free(&c);
+}
+
+/* NetCDF with two variables: GDAL subdatasets, chosen by --var. */
+static void test_subdatasets(void)
+{
+    hsi_cube c;
+    const char *p = FIX "two_vars.nc";
+    HSI_CHECK_FAILS(hsi_cube_open(&c, p, NULL), HSI_ERR_ARG, "several subdatasets");
+    CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), ":b"));
+    hsi_open_options o = {"zz", 0};
+    HSI_CHECK_FAILS(hsi_cube_open(&c, p, &o), HSI_ERR_NOT_FOUND, "no such subdataset");
+    o.var = "b";
+    HSI_CHECK_OK(hsi_cube_open(&c, p, &o));
+    CU_ASSERT_EQUAL(c.view.dtype, HSI_I16);
+    CU_ASSERT(c.view.shape[0] == 3 && c.view.shape[1] == 4 && c.view.shape[2] == 5);
+    const hsi_kv *kv = hsi_meta_find(&c.meta, "gdal subdataset");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
+    /* the reference is GDAL's own read of that subdataset (GDAL decides the
+     * row order of a NetCDF without coordinates) */
+    CPLPushErrorHandler(CPLQuietErrorHandler);
+    GDALDatasetH ds = GDALOpen(kv->value, GA_ReadOnly);
+    CPLPopErrorHandler();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ds);
+    int bad = 0;
+    for (int b = 0; b < 3; b++) {
+        int16_t ref[20];
+        CU_ASSERT_EQUAL(GDALRasterIO(GDALGetRasterBand(ds, b + 1), GF_Read, 0, 0, 5, 4, ref, 5, 4,
+                                     GDT_Int16, 0, 0),
+                        CE_None);
+        for (int y = 0; y < 4; y++)
+            for (int x = 0; x < 5; x++) {
+                int64_t i[3] = {b, y, x};
+                bad += hsi_view_get_f64(&c.view, i) != ref[y * 5 + x];
+                /* and it is one of the two orientations of z - y + x */
+                int v = ref[y * 5 + x];
+                bad += v != b - y + x && v != b - (3 - y) + x;
+            }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    GDALClose(ds);
+    hsi_cube_free(&c);
+    o.var = "1";
+    HSI_CHECK_OK(hsi_cube_open(&c, p, &o));
+    CU_ASSERT_EQUAL(c.view.dtype, HSI_F32);
     hsi_cube_free(&c);
 }
 
@@ -270,4 +316,4 @@ HSI_SUITE(gdal, 0, {"read GeoTIFF (GDAL-written)", test_read_geotiff},
           {"ENVI map info -> GeoTIFF geotransform/CRS", test_envi_to_geotiff},
           {"classification GeoTIFF", test_write_classes}, {"PNG", test_png},
           {"quicklook PNGs (cube, label map + legend)", test_quicklook},
-          {"open by content", test_dispatch})
+          {"NetCDF subdatasets", test_subdatasets}, {"open by content", test_dispatch})

@@ -3,6 +3,7 @@
  * dimensions, dtype, checksums, wavelengths, exposure; plus malformed files. */
 #include "test.h"
 
+#include "io/cube.h"
 #include "io/spe.h"
 
 #define FIX "tests/fixtures/formats/"
@@ -136,6 +137,14 @@ static void run_expect(int shared)
             snprintf(path, sizeof path, FIX "%s", e[k].name);
         }
         done += check_one(&e[k], path);
+        /* the content dispatcher finds the same file and region */
+        hsi_cube c;
+        hsi_open_options o = {NULL, e[k].roi};
+        HSI_CHECK_OK(hsi_cube_open(&c, path, &o));
+        CU_ASSERT_STRING_EQUAL(c.meta.format, "spe");
+        CU_ASSERT_EQUAL(c.view.shape[1], e[k].height);
+        CU_ASSERT_EQUAL(c.view.shape[2], e[k].width);
+        hsi_cube_free(&c);
     }
     /* 7 synthetic (8 ROIs); 16 real files (19 ROIs) */
     CU_ASSERT_EQUAL(done, shared ? 19 : 8);
