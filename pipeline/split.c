@@ -262,6 +262,7 @@ static hsi_status move_blocks(split_ctx *c, int src, int dst, const int64_t *tar
         qsort(cand, (size_t)n, sizeof *cand, cmp_block_key);
         for (int64_t j = 0; j < n && got[k0] < target[k0]; j++) {
             int64_t b = cand[j].b, *cnt = bc + b * K;
+            if (got[k0] > 0 && got[k0] + cnt[k0] > target[k0] + target[k0] / 2) continue;
             int ok = 1;
             for (int k = 0; k < K; k++)
                 if ((k == k0 || !per_class) && cnt[k] > 0 && rem[k] - cnt[k] < 1) ok = 0;
@@ -479,8 +480,10 @@ static hsi_status split_disjoint(split_ctx *c)
     HSI_TRY(move_blocks(c, HSI_ROLE_TEST, HSI_ROLE_TRAIN, target, p->per_class_blocks,
                         hsi_prng_key(p->seed, 0x626c6b31ull)));
     HSI_TRY(guard_band(c, HSI_ROLE_TRAIN, HSI_ROLE_TEST, p->patch_radius));
-    if (p->val_fraction > 0) {
-        count_roles(c, counts);
+    count_roles(c, counts);
+    if (p->val_fraction > 0 && !p->val_disjoint) {
+        HSI_TRY(carve_val_random(c, counts));
+    } else if (p->val_fraction > 0) {
         for (int k = 0; k < K; k++) {
             int64_t ntr = counts[k * HSI_N_ROLES + HSI_ROLE_TRAIN];
             target[k] = (int64_t)(p->val_fraction * (double)ntr + 0.5);
@@ -676,6 +679,7 @@ cJSON *hsi_split_json(const hsi_split *s, const char *const *names, int with_ind
     if (p->mode == HSI_SPLIT_DISJOINT) {
         cJSON_AddNumberToObject(prm, "block", p->block);
         cJSON_AddStringToObject(prm, "blocks", p->per_class_blocks ? "per_class" : "global");
+        cJSON_AddBoolToObject(prm, "val_disjoint", p->val_disjoint != 0);
     }
     if (p->mode != HSI_SPLIT_RANDOM) {
         cJSON_AddNumberToObject(prm, "patch_radius", p->patch_radius);

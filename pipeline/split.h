@@ -35,11 +35,15 @@ typedef struct hsi_split_params {
     double train_fraction;
     int64_t per_class;
     /* Share of each class's training pixels moved to validation, rounded to
-     * nearest, keeping >= 1 training pixel per class. Random and explicit
-     * modes draw validation pixels at random; disjoint mode takes whole
-     * blocks of the training part and applies the guard band between
-     * training and validation as well. Default 0. */
+     * nearest, keeping >= 1 training pixel per class. Validation pixels are
+     * drawn at random among the training pixels (after the guard band), so
+     * they are as far from test as training is but not spatially apart
+     * from training: validation accuracy is then optimistic, fine for early
+     * stopping. Disjoint mode with val_disjoint = 1 takes whole blocks of
+     * the training part instead and applies the guard band between
+     * training and validation too (costly on small scenes). Default 0. */
     double val_fraction;
+    int val_disjoint;
     uint64_t seed; /* default 0; same seed -> same split, always */
     /* Disjoint mode. The scene is tiled with block x block squares from
      * (0, 0). For each class, blocks are taken from a seeded random start
@@ -48,7 +52,9 @@ typedef struct hsi_split_params {
      * guard band costs only its rim. per_class_blocks = 0 (global): a
      * block goes whole to the class that holds most of its pixels, so no
      * block mixes roles; 1: each class's pixels in a block are assigned for
-     * that class alone. A class's last block always stays in test. Keep
+     * that class alone. A class's last block always stays in test; once a
+     * class has training pixels, a block that would overshoot its target
+     * by more than half is skipped. Keep
      * block well above 4 * patch_radius: a lone training block narrower
      * than that is wholly eaten by the guard band. Default block 16,
      * global. */
@@ -58,8 +64,8 @@ typedef struct hsi_split_params {
      * training pixel closer than 2r + 1 (Chebyshev distance) to any test
      * pixel is dropped (role NONE), so that the (2r+1) x (2r+1) windows
      * around a training pixel and around a test pixel share no pixel; the
-     * same holds between validation and test, and (disjoint mode) between
-     * training and validation. Mirror padding reads only pixels inside the
+     * same holds between validation and test, and (disjoint mode with
+     * val_disjoint) between training and validation. Mirror padding reads only pixels inside the
      * clipped window, so it keeps the guarantee. Explicit mode applies the
      * guard only when guard_explicit is set. Default 0 (no guard). */
     int patch_radius;

@@ -218,7 +218,7 @@ static int64_t lab_fields(int64_t y, int64_t x)
     return ids[((y / 32) * 3 + x / 32) % 5];
 }
 
-static void check_disjoint(int per_class_blocks)
+static void check_disjoint(int per_class_blocks, int val_disjoint)
 {
     int64_t L = 96, S = 90;
     int r = 2, B = 8;
@@ -231,6 +231,7 @@ static void check_disjoint(int per_class_blocks)
     p.block = B;
     p.patch_radius = r;
     p.per_class_blocks = per_class_blocks;
+    p.val_disjoint = val_disjoint;
     p.seed = 11;
     hsi_split s, s2;
     HSI_CHECK_OK(hsi_split_make(&s, &lab, &p));
@@ -250,10 +251,15 @@ static void check_disjoint(int per_class_blocks)
     int64_t d_tv = naive_min_dist(&s, HSI_ROLE_TRAIN, HSI_ROLE_VAL);
     CU_ASSERT(d_tt >= 2 * r + 1);
     CU_ASSERT(d_vt >= 2 * r + 1);
-    CU_ASSERT(d_tv >= 2 * r + 1);
+    if (val_disjoint) CU_ASSERT(d_tv >= 2 * r + 1);
     CU_ASSERT_EQUAL(window_overlap(&s, HSI_ROLE_TRAIN, HSI_ROLE_TEST, r), 0);
     CU_ASSERT_EQUAL(window_overlap(&s, HSI_ROLE_VAL, HSI_ROLE_TEST, r), 0);
-    CU_ASSERT_EQUAL(window_overlap(&s, HSI_ROLE_TRAIN, HSI_ROLE_VAL, r), 0);
+    if (val_disjoint) CU_ASSERT_EQUAL(window_overlap(&s, HSI_ROLE_TRAIN, HSI_ROLE_VAL, r), 0);
+    if (!val_disjoint) /* random validation: round(0.2 * guarded training pixels) */
+        for (int k = 0; k < s.n_classes; k++) {
+            int64_t tv = s.counts[k * 4 + HSI_ROLE_TRAIN] + s.counts[k * 4 + HSI_ROLE_VAL];
+            CU_ASSERT_EQUAL(s.counts[k * 4 + HSI_ROLE_VAL], (int64_t)floor(0.2 * (double)tv + 0.5));
+        }
     /* the library's distance transform agrees with brute force */
     CU_ASSERT_EQUAL(hsi_split_min_distance(&s, HSI_ROLE_TRAIN, HSI_ROLE_TEST), d_tt);
     CU_ASSERT_EQUAL(hsi_split_min_distance(&s, HSI_ROLE_TRAIN, HSI_ROLE_VAL), d_tv);
@@ -269,7 +275,7 @@ static void check_disjoint(int per_class_blocks)
                         if (per_class_blocks ? lab_fields(y, x) == s.class_ids[k] : lab_fields(y, x) != 0)
                             has[s.role[y * S + x]] = 1;
                 bad += has[HSI_ROLE_TEST] && (has[HSI_ROLE_TRAIN] || has[HSI_ROLE_VAL]);
-                bad += has[HSI_ROLE_VAL] && has[HSI_ROLE_TRAIN];
+                if (val_disjoint) bad += has[HSI_ROLE_VAL] && has[HSI_ROLE_TRAIN];
             }
     CU_ASSERT_EQUAL(bad, 0);
     /* determinism */
@@ -287,8 +293,9 @@ static void check_disjoint(int per_class_blocks)
     hsi_view_release(&lab);
 }
 
-static void test_disjoint_global(void) { check_disjoint(0); }
-static void test_disjoint_per_class(void) { check_disjoint(1); }
+static void test_disjoint_global(void) { check_disjoint(0, 1); }
+static void test_disjoint_per_class(void) { check_disjoint(1, 1); }
+static void test_disjoint_random_val(void) { check_disjoint(0, 0); }
 
 static int64_t lab_train(int64_t y, int64_t x) { return (y < 10 && x < 10) ? 1 + (x >= 5) : 0; }
 static int64_t lab_test(int64_t y, int64_t x)
@@ -402,5 +409,6 @@ HSI_SUITE(pipeline_split, 0, {"random by fraction, val, seeds", test_random_frac
           {"random by count, small classes", test_random_count_small_classes},
           {"disjoint global blocks + guard band", test_disjoint_global},
           {"disjoint per-class blocks + guard band", test_disjoint_per_class},
+          {"disjoint, random validation", test_disjoint_random_val},
           {"explicit maps + guard", test_explicit}, {"errors", test_errors},
           {"JSON and table", test_json_and_table})
