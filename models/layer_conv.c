@@ -37,7 +37,9 @@ typedef struct conv_geom {
  * The group is chosen so that the scratch stays around this many elements
  * (bigger gemms run faster, smaller columns stay in cache); tuned on the
  * cnn2d layers (see bench/) — any value gives the same results. */
-#define HSI_CONV_GROUP_TARGET_BYTES ((int64_t)6 << 20)
+#ifndef HSI_CONV_GROUP_TARGET_BYTES
+#define HSI_CONV_GROUP_TARGET_BYTES ((int64_t)2 << 20)
+#endif
 
 static void conv_geom_fill(conv_geom *g, const hsi_conv_dims *d, size_t elem)
 {
@@ -227,20 +229,47 @@ static void HSI_FN(col2im)(T *dx, const T *cols, const conv_geom *g, int64_t n_g
 
 /* ------------------------------------------------ channels-last path */
 
+/* Zeroes the padding border of xt (n_grp, Dp, Hp, Wp, C): whole padded
+ * planes/rows, then the left and right pads of each interior row. */
+static void HSI_FN(zero_border)(T *xt, const conv_geom *g, int64_t n_grp)
+{
+    if (!g->pd && !g->ph && !g->pw) return;
+    int64_t row = g->wp * g->c, plane = g->hp * row;
+    for (int64_t s = 0; s < n_grp; s++)
+        for (int64_t zd = 0; zd < g->dp; zd++) {
+            T *pl = xt + (s * g->dp + zd) * plane;
+            if (zd < g->pd || zd >= g->pd + g->id) {
+                memset(pl, 0, (size_t)plane * sizeof(T));
+                continue;
+            }
+            memset(pl, 0, (size_t)(g->ph * row) * sizeof(T));
+            memset(pl + (g->ph + g->ih) * row, 0, (size_t)(g->ph * row) * sizeof(T));
+            if (g->pw)
+                for (int64_t zh = g->ph; zh < g->ph + g->ih; zh++) {
+                    memset(pl + zh * row, 0, (size_t)(g->pw * g->c) * sizeof(T));
+                    memset(pl + zh * row + (g->pw + g->iw) * g->c, 0,
+                           (size_t)(g->pw * g->c) * sizeof(T));
+                }
+        }
+}
+
+/* Tile size of the transposes between (C, positions) and (positions, C). */
+#define HSI_CONV_TILE 8
+
 /* xt (n_grp, Dp, Hp, Wp, C) packed, zero borders = x (n_grp, C, D, H, W) packed,
- * transposed and padded. */
+ * transposed and padded. (Measured: this plain order beats 8 x 8 tiles here.) */
 static void HSI_FN(pack_nhwc)(T *xt, const T *x, const conv_geom *g, int64_t n_grp)
 {
-    if (g->pd || g->ph || g->pw) memset(xt, 0, (size_t)(n_grp * g->pad_sp * g->c) * sizeof(T));
+    const int64_t C = g->c, in_sp = g->in_sp;
+    HSI_FN(zero_border)(xt, g, n_grp);
     for (int64_t s = 0; s < n_grp; s++) {
-        const T *xs = x + s * g->c * g->in_sp;
+        const T *xs = x + s * C * in_sp;
         for (int64_t zd = 0; zd < g->id; zd++)
             for (int64_t zh = 0; zh < g->ih; zh++) {
                 const T *xr = xs + (zd * g->ih + zh) * g->iw; /* + c * in_sp + zw */
-                T *o = xt + ((s * g->dp + zd + g->pd) * g->hp + zh + g->ph) * g->wp * g->c +
-                       g->pw * g->c; /* + zw * C + c */
+                T *o = xt + (((s * g->dp + zd + g->pd) * g->hp + zh + g->ph) * g->wp + g->pw) * C;
                 for (int64_t zw = 0; zw < g->iw; zw++)
-                    for (int64_t c = 0; c < g->c; c++) o[zw * g->c + c] = xr[c * g->in_sp + zw];
+                    for (int64_t c = 0; c < C; c++) o[zw * C + c] = xr[c * in_sp + zw];
             }
     }
 }
@@ -248,16 +277,23 @@ static void HSI_FN(pack_nhwc)(T *xt, const T *x, const conv_geom *g, int64_t n_g
 /* dx (n_grp, C, D, H, W) += the interior of dxt (n_grp, Dp, Hp, Wp, C). */
 static void HSI_FN(unpack_nhwc_add)(T *dx, const T *dxt, const conv_geom *g, int64_t n_grp)
 {
+    const int64_t B = HSI_CONV_TILE, C = g->c, in_sp = g->in_sp;
     for (int64_t s = 0; s < n_grp; s++) {
-        T *xs = dx + s * g->c * g->in_sp;
+        T *xs = dx + s * C * in_sp;
         for (int64_t zd = 0; zd < g->id; zd++)
             for (int64_t zh = 0; zh < g->ih; zh++) {
                 T *xr = xs + (zd * g->ih + zh) * g->iw;
-                const T *o = dxt +
-                             ((s * g->dp + zd + g->pd) * g->hp + zh + g->ph) * g->wp * g->c +
-                             g->pw * g->c;
-                for (int64_t c = 0; c < g->c; c++)
-                    for (int64_t zw = 0; zw < g->iw; zw++) xr[c * g->in_sp + zw] += o[zw * g->c + c];
+                const T *o =
+                    dxt + (((s * g->dp + zd + g->pd) * g->hp + zh + g->ph) * g->wp + g->pw) * C;
+                for (int64_t c0 = 0; c0 < C; c0 += B) {
+                    int64_t c1 = c0 + B < C ? c0 + B : C;
+                    for (int64_t w0 = 0; w0 < g->iw; w0 += B) {
+                        int64_t w1 = w0 + B < g->iw ? w0 + B : g->iw;
+                        for (int64_t c = c0; c < c1; c++)
+                            for (int64_t zw = w0; zw < w1; zw++)
+                                xr[c * in_sp + zw] += o[zw * C + c];
+                    }
+                }
             }
     }
 }
