@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# bench_train.sh — issue 6 training benchmark: `hsi bench model` for cnn2d and
+# hybridsn beside the same architecture in PyTorch (bench/torch_train.py: same
+# batch, input, AdamW, thread count), in the same run, hsi and PyTorch
+# alternating so both see the same machine load; then `hsi profile train` on
+# data_samples/ for the loader wait as a share of the step time. Part of
+# `make bench` (bench/run.sh). Figures, never pass/fail.
+# Env: THREADS (2), REPEAT (2: each measurement is the best of REPEAT).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T=${THREADS:-2}
+R=${REPEAT:-2}
+export OPENBLAS_NUM_THREADS=$T
+have_torch=0
+/usr/bin/python3 -c "import torch" 2>/dev/null && have_torch=1
+mkdir -p bench/out
+results=()
+for spec in "cnn2d --batch 128 --bands 30 --patch 11 --steps 20" \
+            "hybridsn --batch 64 --bands 30 --patch 25 --steps 5 --warmup 1"; do
+    set -- $spec
+    model=$1; shift
+    for r in $(seq "$R"); do
+        ours=$(./build/hsi bench model "$model" "$@" --classes 16 --threads "$T" --json) || exit 1
+        echo "hsi   $ours"
+        results+=("hsi $ours")
+        if [ $have_torch = 1 ]; then
+            theirs=$(/usr/bin/python3 bench/torch_train.py "$model" "$@" --classes 16 --threads "$T") || exit 1
+            echo "torch $theirs"
+            results+=("torch $theirs")
+        fi
+    done
+done
+printf '%s\n' "${results[@]}" | /usr/bin/python3 -c '
+import json, sys
+best = {}
+for line in sys.stdin:
+    who, js = line.split(" ", 1)
+    d = json.loads(js)
+    for k in ("train_samples_per_s", "infer_samples_per_s"):
+        key = (d["model"], k, who)
+        best[key] = max(best.get(key, 0), d[k])
+for model in ("cnn2d", "hybridsn"):
+    for k in ("train_samples_per_s", "infer_samples_per_s"):
+        a, b = best.get((model, k, "hsi")), best.get((model, k, "torch"))
+        if b:
+            print("%-8s %-20s hsi %9.1f  torch %9.1f  ratio %.2fx" % (model, k, a, b, a / b))
+        else:
+            print("%-8s %-20s hsi %9.1f  torch n/a" % (model, k, a))
+'
+[ $have_torch = 1 ] || echo "torch: not installed (python3-torch); no ratio"
+
+echo "== hsi profile train (cnn2d, data_samples/, --workers 1): loader wait share of the step time"
+OUTD=$(mktemp -d /tmp/hsi-bench-train.XXXXXX)
+trap 'rm -rf "$OUTD"' EXIT
+./build/hsi profile train data_samples/scene.hdr data_samples/scene_gt.hdr --out "$OUTD/p" \
+    --train 0.1 --epochs ${PROFILE_EPOCHS:-5} --patience 0 --seed 1 --threads "$T" --quiet > "$OUTD/profile.txt" 2>&1 \
+    || { cat "$OUTD/profile.txt"; exit 1; }
+cat "$OUTD/profile.txt"
+/usr/bin/python3 - "$OUTD/p/profile.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+w, f, b, o = (p[k] for k in ("loader wait", "forward", "backward", "optimizer"))
+print("loader wait %.3f s of a step time %.3f s (wait + forward + backward + optimizer): %.1f %%"
+      % (w, w + f + b + o, 100 * w / max(w + f + b + o, 1e-12)))
+PY
