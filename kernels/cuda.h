@@ -1,0 +1,122 @@
+/* cuda.h — the CUDA side of the kernels: device selection and streams, a
+ * caching device allocator (no cudaMalloc in a steady-state step), host <->
+ * device view copies, and the GPU versions of the per-band statistics and
+ * the fused select -> normalise -> project pass. Every entry point is
+ * callable in every build: without CUDA, or without a device, it returns
+ * HSI_ERR_NO_CUDA with a message (nothing here touches CUDA at load time).
+ * Not the model ops (models/layers_cuda.h) or patch extraction
+ * (pipeline/patches_cuda.h). */
+#ifndef HSI_KERNELS_CUDA_H
+#define HSI_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/core.h"
+#include "kernels/fused.h"
+#include "kernels/stats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------ device, streams */
+
+/* HSI_OK when this build has CUDA and a device is present (the answer is
+ * looked up once, on the first call); else HSI_ERR_NO_CUDA with a message
+ * naming `what` ("conv2d forward", ...). */
+hsi_status hsi_cuda_require(const char *what);
+
+/* The stream every launcher of this thread issues its work on (a
+ * cudaStream_t; NULL = the legacy default stream, the initial value).
+ * Thread-local. Launchers never synchronise the device; results are ready
+ * in stream order. Returns the previous one. */
+void *hsi_cuda_set_stream(void *stream);
+void *hsi_cuda_stream(void);
+/* Waits for this thread's stream; HSI_ERR_CUDA names the first
+ * asynchronous failure. */
+hsi_status hsi_cuda_sync(void);
+
+/* ------------------------------------------------- caching allocator */
+
+/* Device memory from a process-wide cache (kernels/cuda_mem.cu). Sizes are
+ * rounded up to a class (powers of two from 512 B to 1 MiB, then multiples
+ * of 2 MiB); a freed block goes back to the cache of its class and is
+ * handed out again by the next request of that class, so a training step
+ * that repeats the same requests calls cudaMalloc only in its first step.
+ * Reuse is safe in stream order: a block freed after work was queued on a
+ * stream may be reused by work queued later on the SAME stream; users of
+ * several streams synchronise (or keep the block) themselves, as with
+ * PyTorch's caching allocator. On cudaMalloc failure the cache is emptied
+ * and the allocation tried once more. */
+hsi_status hsi_cuda_malloc(void **out, size_t size);
+void hsi_cuda_free(void *p); /* NULL is fine; p must come from hsi_cuda_malloc */
+/* A HSI_BUF_DEVICE hsi_buffer (refcount 1) whose memory comes from the
+ * cache and goes back to it on the last release. Not zeroed. */
+hsi_status hsi_cuda_buffer(hsi_buffer **out, size_t size);
+/* Returns every cached (free) block to the driver. */
+void hsi_cuda_cache_trim(void);
+
+typedef struct hsi_cuda_mem_stats {
+    int64_t in_use_bytes;  /* handed out and not freed (rounded sizes) */
+    int64_t cached_bytes;  /* free blocks kept for reuse */
+    int64_t peak_in_use_bytes;
+    int64_t n_requests;    /* hsi_cuda_malloc calls */
+    int64_t n_cuda_malloc; /* of which went to cudaMalloc (cache misses) */
+    int64_t n_cuda_free;   /* cudaFree calls (trims) */
+} hsi_cuda_mem_stats;
+void hsi_cuda_mem_get(hsi_cuda_mem_stats *s);
+
+/* -------------------------------------------------------- view copies */
+
+/* in: any host-visible view (host, mmap, pinned), any strides, dtype and
+ * byte order. out: a new packed device view of dtype `dtype` (HSI_DT_INVALID
+ * = keep in's dtype) in native byte order, in a cached device buffer.
+ * Converts on the host (hsi_view_contiguous) when in is not already packed
+ * and of that dtype. Waits for the copy before returning. */
+hsi_status hsi_cuda_view_to_device(hsi_view *out, const hsi_view *in, hsi_dtype dtype);
+/* in: a PACKED device view; out: a new packed host view (same dtype and
+ * byte order). Waits for this thread's stream first (the data is final). */
+hsi_status hsi_cuda_view_to_host(hsi_view *out, const hsi_view *in);
+/* Copies n bytes host -> device / device -> host on this thread's stream
+ * and waits for them (helpers for tests and small parameters). */
+hsi_status hsi_cuda_upload(void *dev, const void *host, size_t n);
+hsi_status hsi_cuda_download(void *host, const void *dev, size_t n);
+
+/* ----------------------------------------------------------- kernels */
+
+/* Per-band statistics on the GPU (kernels/stats_cuda.cu) with the
+ * semantics of hsi_stats_compute: count, mean, var (ddof 0 and 1), std,
+ * min, max over valid elements (not NaN, not the ignore value, in the
+ * mask). Each block of 256 threads reduces its pixels of one band in double
+ * (Welford per thread, Chan merges in the block); the per-block partials are
+ * merged on the host in double, in a fixed order (results do not depend on
+ * scheduling). cube: (band, line, sample) view of any real dtype, strides
+ * and byte order, on the host (copied tile by tile through pinned memory,
+ * tile_lines lines at a time) or on the device (read in place).
+ * opts->mask: host view, as for the CPU. Histograms and percentiles are not
+ * computed here: hist_bins > 0 gives HSI_ERR_UNSUPPORTED. Results are host
+ * arrays; free them with hsi_stats_free. */
+hsi_status hsi_stats_compute_cuda(hsi_stats *out, const hsi_view *cube,
+                                  const hsi_stats_opts *opts);
+
+/* The fused pass on the GPU (kernels/fused_cuda.cu), same semantics as
+ * hsi_fused_run: raw elements (any real dtype, either byte order, any
+ * strides) -> fill ignored/NaN -> per-band affine -> optional per-pixel L2
+ * -> minus the PCA mean -> projection by cuBLAS sgemm on the whitened
+ * components, in float32. cube: host/mmap/pinned view (each tile of
+ * opts->tile_lines lines, 0 = 256, is copied raw through two pinned staging
+ * buffers so the copy of tile t+1 overlaps the work on tile t) or a device
+ * view (read in place). out: (n_out, lines, samples) or, with
+ * opts->pixel_major, (lines, samples, n_out) packed float32; a device
+ * pointer when out_on_device, else host memory (NULL with opts->sink: tiles
+ * go to the sink in line order, from the calling thread). opts->n_threads
+ * and progress are ignored. */
+hsi_status hsi_fused_run_cuda(float *out, int out_on_device, const hsi_view *cube,
+                              const hsi_norm *norm, const hsi_pca *pca,
+                              const hsi_fused_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,292 @@
+/* cuda_mem.cu — device presence, per-thread streams and cuBLAS handles, the
+ * caching device allocator and host <-> device view copies (kernels/cuda.h).
+ * Not a kernel: nothing here launches device code. Nothing runs at load
+ * time: the device is looked up on the first call. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_internal.h"
+
+/* ------------------------------------------------------ device, streams */
+
+static int g_have_device = -1; /* -1 unknown, 0 no, 1 yes */
+static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
+
+static void probe_device(void) { g_have_device = hsi_cuda_device_count() > 0; }
+
+extern "C" hsi_status hsi_cuda_require(const char *what)
+{
+    pthread_once(&g_probe_once, probe_device);
+    if (g_have_device) return HSI_OK;
+    return hsi_fail(HSI_ERR_NO_CUDA, "%s: CUDA was asked for, but no CUDA device is present",
+                    what ? what : "CUDA");
+}
+
+static __thread void *t_stream = NULL;
+static __thread cublasHandle_t t_cublas = NULL;
+
+extern "C" void *hsi_cuda_set_stream(void *stream)
+{
+    void *prev = t_stream;
+    t_stream = stream;
+    return prev;
+}
+
+extern "C" void *hsi_cuda_stream(void) { return t_stream; }
+
+extern "C" hsi_status hsi_cuda_sync(void)
+{
+    HSI_CU_TRY(hsi_cuda_require("synchronise"));
+    HSI_CU_RET(cudaStreamSynchronize(hsi_cu_stream()), "waiting for the CUDA stream");
+    return HSI_OK;
+}
+
+hsi_status hsi_cu_cublas(cublasHandle_t *out, const char *what)
+{
+    if (!t_cublas) HSI_CUBLAS_RET(cublasCreate(&t_cublas), what);
+    /* the handle follows this thread's current stream */
+    HSI_CUBLAS_RET(cublasSetStream(t_cublas, hsi_cu_stream()), what);
+    *out = t_cublas;
+    return HSI_OK;
+}
+
+/* ------------------------------------------------- caching allocator */
+
+typedef struct cu_block {
+    void *ptr;
+    size_t size; /* class size */
+} cu_block;
+
+typedef struct cu_list {
+    cu_block *a;
+    int64_t n, cap;
+} cu_list;
+
+static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static cu_list g_free, g_used;
+static hsi_cuda_mem_stats g_mem;
+
+static size_t size_class(size_t n)
+{
+    if (n <= 512) return 512;
+    if (n <= (1u << 20)) {
+        size_t c = 512;
+        while (c < n) c <<= 1;
+        return c;
+    }
+    size_t step = (size_t)2 << 20;
+    return (n + step - 1) / step * step;
+}
+
+static int list_push(cu_list *l, void *p, size_t size)
+{
+    if (l->n == l->cap) {
+        int64_t nc = l->cap ? 2 * l->cap : 64;
+        cu_block *na = (cu_block *)realloc(l->a, sizeof(cu_block) * (size_t)nc);
+        if (!na) return 0;
+        l->a = na;
+        l->cap = nc;
+    }
+    l->a[l->n].ptr = p;
+    l->a[l->n].size = size;
+    l->n++;
+    return 1;
+}
+
+static void list_remove(cu_list *l, int64_t i)
+{
+    l->a[i] = l->a[l->n - 1];
+    l->n--;
+}
+
+/* cudaFree of every free block; lock held. */
+static void trim_locked(void)
+{
+    for (int64_t i = 0; i < g_free.n; i++) {
+        cudaFree(g_free.a[i].ptr);
+        g_mem.n_cuda_free++;
+    }
+    g_free.n = 0;
+    g_mem.cached_bytes = 0;
+}
+
+extern "C" hsi_status hsi_cuda_malloc(void **out, size_t size)
+{
+    *out = NULL;
+    HSI_CU_TRY(hsi_cuda_require("device allocation"));
+    size_t cls = size_class(size);
+    hsi_status st = HSI_OK;
+    void *p = NULL;
+    pthread_mutex_lock(&g_mem_lock);
+    g_mem.n_requests++;
+    /* most recently freed block of the class first (warm in cache, LIFO) */
+    for (int64_t i = g_free.n - 1; i >= 0; i--)
+        if (g_free.a[i].size == cls) {
+            p = g_free.a[i].ptr;
+            list_remove(&g_free, i);
+            g_mem.cached_bytes -= (int64_t)cls;
+            break;
+        }
+    if (!p) {
+        cudaError_t e = cudaMalloc(&p, cls);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            trim_locked();
+            e = cudaMalloc(&p, cls);
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            p = NULL;
+            st = hsi_fail(HSI_ERR_NOMEM,
+                          "device allocation of %zu bytes failed: %s (%lld bytes in use)", size,
+                          cudaGetErrorString(e), (long long)g_mem.in_use_bytes);
+        } else {
+            g_mem.n_cuda_malloc++;
+        }
+    }
+    if (p && !list_push(&g_used, p, cls)) {
+        cudaFree(p);
+        p = NULL;
+        st = hsi_fail(HSI_ERR_NOMEM, "device allocator: host bookkeeping out of memory");
+    }
+    if (p) {
+        g_mem.in_use_bytes += (int64_t)cls;
+        if (g_mem.in_use_bytes > g_mem.peak_in_use_bytes)
+            g_mem.peak_in_use_bytes = g_mem.in_use_bytes;
+    }
+    pthread_mutex_unlock(&g_mem_lock);
+    *out = p;
+    return st;
+}
+
+extern "C" void hsi_cuda_free(void *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&g_mem_lock);
+    int64_t i = g_used.n - 1;
+    while (i >= 0 && g_used.a[i].ptr != p) i--;
+    HSI_ASSERT(i >= 0); /* not from hsi_cuda_malloc, or freed twice */
+    size_t cls = g_used.a[i].size;
+    list_remove(&g_used, i);
+    g_mem.in_use_bytes -= (int64_t)cls;
+    if (list_push(&g_free, p, cls)) {
+        g_mem.cached_bytes += (int64_t)cls;
+    } else {
+        cudaFree(p);
+        g_mem.n_cuda_free++;
+    }
+    pthread_mutex_unlock(&g_mem_lock);
+}
+
+extern "C" void hsi_cuda_cache_trim(void)
+{
+    if (hsi_cuda_require("trim") != HSI_OK) {
+        hsi_clear_error();
+        return;
+    }
+    pthread_mutex_lock(&g_mem_lock);
+    trim_locked();
+    pthread_mutex_unlock(&g_mem_lock);
+}
+
+extern "C" void hsi_cuda_mem_get(hsi_cuda_mem_stats *s)
+{
+    pthread_mutex_lock(&g_mem_lock);
+    *s = g_mem;
+    pthread_mutex_unlock(&g_mem_lock);
+}
+
+static void release_cached(hsi_buffer *b) { hsi_cuda_free(b->data); }
+
+extern "C" hsi_status hsi_cuda_buffer(hsi_buffer **out, size_t size)
+{
+    void *p = NULL;
+    *out = NULL;
+    HSI_CU_TRY(hsi_cuda_malloc(&p, size));
+    hsi_status st = hsi_buffer_wrap(out, p, size, HSI_BUF_DEVICE, release_cached, NULL);
+    if (st != HSI_OK) {
+        hsi_cuda_free(p);
+        return st;
+    }
+    int dev = 0;
+    cudaGetDevice(&dev);
+    (*out)->device = dev;
+    return HSI_OK;
+}
+
+/* -------------------------------------------------------- view copies */
+
+extern "C" hsi_status hsi_cuda_upload(void *dev, const void *host, size_t n)
+{
+    HSI_CU_TRY(hsi_cuda_require("host-to-device copy"));
+    if (n == 0) return HSI_OK;
+    HSI_CU_RET(cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, hsi_cu_stream()),
+               "host-to-device copy");
+    HSI_CU_RET(cudaStreamSynchronize(hsi_cu_stream()), "host-to-device copy");
+    return HSI_OK;
+}
+
+extern "C" hsi_status hsi_cuda_download(void *host, const void *dev, size_t n)
+{
+    HSI_CU_TRY(hsi_cuda_require("device-to-host copy"));
+    if (n == 0) return HSI_OK;
+    HSI_CU_RET(cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, hsi_cu_stream()),
+               "device-to-host copy");
+    HSI_CU_RET(cudaStreamSynchronize(hsi_cu_stream()), "device-to-host copy");
+    return HSI_OK;
+}
+
+extern "C" hsi_status hsi_cuda_view_to_device(hsi_view *out, const hsi_view *in, hsi_dtype dtype)
+{
+    hsi_status st = HSI_OK;
+    hsi_view packed;
+    hsi_buffer *buf = NULL;
+    const hsi_view *src = in;
+    memset(out, 0, sizeof *out);
+    memset(&packed, 0, sizeof packed);
+    HSI_CU_TRY(hsi_cuda_require("view to device"));
+    if (!in || !in->buf || in->buf->kind == HSI_BUF_DEVICE)
+        return hsi_fail(HSI_ERR_ARG, "view to device: expected a host view, found %s",
+                        in && in->buf ? "a device view" : "no view");
+    if (dtype == HSI_DT_INVALID) dtype = in->dtype;
+    if (!hsi_view_is_packed(in) || in->dtype != dtype) {
+        st = hsi_view_contiguous(&packed, in, dtype);
+        if (st != HSI_OK) return st;
+        src = &packed;
+    }
+    {
+        size_t nbytes = (size_t)hsi_view_nbytes(src);
+        st = hsi_cuda_buffer(&buf, nbytes);
+        if (st == HSI_OK)
+            st = hsi_cuda_upload(buf->data, (const char *)src->buf->data + src->offset, nbytes);
+        if (st == HSI_OK) st = hsi_view_make_packed(out, buf, 0, dtype, in->ndim, in->shape);
+    }
+    hsi_buffer_release(buf); /* the view holds its own reference */
+    hsi_view_release(&packed);
+    return st;
+}
+
+extern "C" hsi_status hsi_cuda_view_to_host(hsi_view *out, const hsi_view *in)
+{
+    hsi_status st;
+    memset(out, 0, sizeof *out);
+    HSI_CU_TRY(hsi_cuda_require("view to host"));
+    if (!in || !in->buf || in->buf->kind != HSI_BUF_DEVICE)
+        return hsi_fail(HSI_ERR_ARG, "view to host: expected a device view");
+    {
+        hsi_view probe = *in;
+        probe.swapped = 0;
+        if (!hsi_view_is_packed(&probe))
+            return hsi_fail(HSI_ERR_UNSUPPORTED,
+                            "view to host: the device view is not packed (copy it packed on the "
+                            "device first)");
+    }
+    st = hsi_view_alloc(out, in->dtype, in->ndim, in->shape, HSI_BUF_HOST);
+    if (st != HSI_OK) return st;
+    out->swapped = in->swapped;
+    st = hsi_cuda_download(out->buf->data, (const char *)in->buf->data + in->offset,
+                           (size_t)hsi_view_nbytes(in));
+    if (st != HSI_OK) hsi_view_release(out);
+    return st;
+}

@@ -1,0 +1,151 @@
+/* cuda_tiles.cu — host -> device staging of a raw cube, tile of lines by
+ * tile of lines, shared by the GPU statistics and the fused pass (see
+ * hsi_cu_tiler in cuda_internal.h). The bytes keep their dtype and byte
+ * order: the kernels convert. Not a kernel. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_internal.h"
+
+static int64_t iabs64(int64_t v) { return v < 0 ? -v : v; }
+
+/* Layout of a host cube: 1 = line axis outermost (BIL, BIP: a tile is one
+ * contiguous span), 2 = band axis outermost (BSQ: one span per band),
+ * 3 = anything else (negative strides, interleaved axes): packed copy. */
+static int host_mode(const hsi_view *c)
+{
+    int64_t es = (int64_t)hsi_dtype_size(c->dtype);
+    int64_t nb = c->shape[0], L = c->shape[1], S = c->shape[2];
+    int64_t sb = c->strides[0], sl = c->strides[1], ss = c->strides[2];
+    if (sb < 0 || sl < 0 || ss < 0) return 3;
+    if ((nb - 1) * sb + (S - 1) * ss + es <= sl || L == 1) return 1;
+    if ((L - 1) * sl + (S - 1) * ss + es <= sb) return 2;
+    return 3;
+}
+
+static int view_aligned(const void *base, const int64_t *strides, int64_t es)
+{
+    if ((uintptr_t)base % (uintptr_t)es) return 0;
+    for (int k = 0; k < 3; k++)
+        if (iabs64(strides[k]) % es) return 0;
+    return 1;
+}
+
+/* Bytes one tile of n lines needs on the device in `mode`. */
+static size_t tile_bytes(const hsi_view *c, int mode, int64_t n, int64_t *pitch)
+{
+    int64_t es = (int64_t)hsi_dtype_size(c->dtype);
+    int64_t nb = c->shape[0], S = c->shape[2];
+    int64_t sb = c->strides[0], sl = c->strides[1], ss = c->strides[2];
+    *pitch = 0;
+    if (mode == 1) return (size_t)((n - 1) * sl + (nb - 1) * sb + (S - 1) * ss + es);
+    if (mode == 2) {
+        int64_t w = (n - 1) * sl + (S - 1) * ss + es;
+        *pitch = (w + 15) / 16 * 16;
+        return (size_t)(*pitch * nb);
+    }
+    return (size_t)(nb * n * S * es);
+}
+
+hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile_lines)
+{
+    memset(T, 0, sizeof *T);
+    T->cube = cube;
+    int64_t L = cube->shape[1];
+    T->on_device = cube->buf->kind == HSI_BUF_DEVICE;
+    if (T->on_device) {
+        T->mode = 0;
+        T->tile_lines = tile_lines > 0 ? tile_lines : (L > 0 ? L : 1);
+        T->n_tiles = (L + T->tile_lines - 1) / T->tile_lines;
+        return HSI_OK;
+    }
+    T->mode = host_mode(cube);
+    if (tile_lines <= 0) {
+        int64_t pitch, one = (int64_t)tile_bytes(cube, T->mode, 1, &pitch);
+        int64_t per = one > 0 ? one : 1;
+        tile_lines = ((int64_t)64 << 20) / per;
+        if (tile_lines < 1) tile_lines = 1;
+    }
+    if (tile_lines > L) tile_lines = L > 0 ? L : 1;
+    T->tile_lines = tile_lines;
+    T->n_tiles = (L + tile_lines - 1) / tile_lines;
+    T->cap = tile_bytes(cube, T->mode, tile_lines, &T->pitch);
+    for (int s = 0; s < 2 && s < T->n_tiles; s++) {
+        HSI_CU_RET(cudaHostAlloc((void **)&T->pinned[s], T->cap, cudaHostAllocDefault),
+                   "cube staging: pinned buffer");
+        HSI_CU_TRY(hsi_cuda_malloc(&T->dev[s], T->cap));
+        HSI_CU_RET(cudaEventCreateWithFlags(&T->copied[s], cudaEventDisableTiming),
+                   "cube staging: event");
+        T->event_live[s] = 1;
+    }
+    return HSI_OK;
+}
+
+hsi_status hsi_cu_tiler_load(hsi_cu_tiler *T, int slot, int64_t l0, int64_t l1,
+                                        hsi_cu_cube *dc)
+{
+    const hsi_view *c = T->cube;
+    int64_t es = (int64_t)hsi_dtype_size(c->dtype), n = l1 - l0;
+    dc->n_bands = c->shape[0];
+    dc->n_lines = n;
+    dc->n_samples = c->shape[2];
+    dc->dtype = (int)c->dtype;
+    dc->swapped = c->swapped;
+    dc->sb = c->strides[0];
+    dc->sl = c->strides[1];
+    dc->ss = c->strides[2];
+    const unsigned char *src = (const unsigned char *)c->buf->data + c->offset + l0 * c->strides[1];
+    if (T->mode == 0) {
+        dc->base = src;
+        dc->aligned = view_aligned(src, c->strides, es);
+        return HSI_OK;
+    }
+    /* the slot's pinned memory is free again once its last copy is done */
+    HSI_CU_RET(cudaEventSynchronize(T->copied[slot]), "cube staging: waiting for a copy");
+    unsigned char *pin = T->pinned[slot];
+    int64_t pitch = 0;
+    size_t bytes = tile_bytes(c, T->mode, n, &pitch);
+    if (T->mode == 1) {
+        memcpy(pin, src, bytes);
+    } else if (T->mode == 2) {
+        int64_t w = (n - 1) * c->strides[1] + (c->shape[2] - 1) * c->strides[2] + es;
+        for (int64_t b = 0; b < c->shape[0]; b++)
+            memcpy(pin + b * T->pitch, src + b * c->strides[0], (size_t)w);
+        dc->sb = T->pitch;
+        bytes = (size_t)(T->pitch * c->shape[0]);
+    } else {
+        /* any other layout: a packed (band, line, sample) copy, native order */
+        hsi_view crop, packed;
+        hsi_status st = hsi_view_slice(&crop, c, 1, l0, l1, 1);
+        if (st != HSI_OK) return st;
+        st = hsi_view_contiguous(&packed, &crop, HSI_DT_INVALID);
+        hsi_view_release(&crop);
+        if (st != HSI_OK) return st;
+        memcpy(pin, (const char *)packed.buf->data + packed.offset, bytes);
+        hsi_view_release(&packed);
+        dc->ss = es;
+        dc->sl = c->shape[2] * es;
+        dc->sb = n * c->shape[2] * es;
+        dc->swapped = 0;
+    }
+    HSI_CU_RET(cudaMemcpyAsync(T->dev[slot], pin, bytes, cudaMemcpyHostToDevice, hsi_cu_stream()),
+               "cube staging: host-to-device copy");
+    HSI_CU_RET(cudaEventRecord(T->copied[slot], hsi_cu_stream()), "cube staging: event");
+    dc->base = (const unsigned char *)T->dev[slot];
+    int64_t st3[3] = {dc->sb, dc->sl, dc->ss};
+    dc->aligned = view_aligned(dc->base, st3, es);
+    return HSI_OK;
+}
+
+void hsi_cu_tiler_free(hsi_cu_tiler *T)
+{
+    for (int s = 0; s < 2; s++) {
+        if (T->event_live[s]) {
+            cudaEventSynchronize(T->copied[s]);
+            cudaEventDestroy(T->copied[s]);
+        }
+        if (T->pinned[s]) cudaFreeHost(T->pinned[s]);
+        hsi_cuda_free(T->dev[s]);
+    }
+    memset(T, 0, sizeof *T);
+}

@@ -1,0 +1,111 @@
+/* layers_cuda.h — the model ops on the GPU, float32, over PACKED row-major
+ * DEVICE arrays, with the semantics of their CPU counterparts (layers.h,
+ * the engine's ReLU / linear / cross-entropy, optim.h's AdamW): forwards
+ * overwrite, backwards ACCUMULATE (+=) into every gradient, NULL = not
+ * needed. Dims structs come from the same hsi_*_dims_init as on the CPU.
+ * Work is queued on this thread's stream (hsi_cuda_set_stream); nothing
+ * here synchronises the device or reads a value back. Every function
+ * returns HSI_ERR_NO_CUDA without CUDA or without a device. Not tensors,
+ * not a graph (see the report in issue 7 for the engine's device dispatch). */
+#ifndef HSI_LAYERS_CUDA_H
+#define HSI_LAYERS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/core.h"
+#include "models/layers.h"
+#include "models/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ convolution */
+
+/* Device workspace bytes for hsi_conv_*_cuda (im2col columns of up to
+ * 256 MiB worth of samples at a time, at least one sample). */
+size_t hsi_conv_workspace_bytes_cuda(const hsi_conv_dims *d);
+/* x: (N, C, [D,] H, W); w: (K, C, [kD,] kH, kW); b: (K) or NULL;
+ * y: (N, K, [oD,] oH, oW). im2col + cuBLAS sgemm (batched over the
+ * samples of a workspace chunk). ws: hsi_conv_workspace_bytes_cuda(d)
+ * device bytes. */
+hsi_status hsi_conv_forward_cuda(float *y, const float *x, const float *w, const float *b,
+                                 const hsi_conv_dims *d, void *ws);
+/* dx (shape of x), dw (shape of w), db (K) accumulate; each may be NULL. */
+hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, const float *dy,
+                                  const float *x, const float *w, const hsi_conv_dims *d,
+                                  void *ws);
+
+/* ---------------------------------------------------------------- pooling */
+
+/* x: (N, C, [D,] H, W) -> y: (N, C, [oD,] oH, oW); argmax (max only): int32
+ * flat index into the input plane, same count as y (PyTorch's NaN rule and
+ * first-maximum tie rule, like the CPU). avg counts padding (count_include_pad).
+ * Backward gathers (no atomics: deterministic) and accumulates into dx. */
+hsi_status hsi_pool_forward_cuda(float *y, int32_t *argmax, const float *x,
+                                 const hsi_pool_dims *d);
+hsi_status hsi_pool_backward_cuda(float *dx, const float *dy, const int32_t *argmax,
+                                  const hsi_pool_dims *d);
+/* x (N, C, S) -> y (N, C) means; backward dx (N, C, S) += dy / S. */
+hsi_status hsi_gap_forward_cuda(float *y, const float *x, int n, int c, int64_t s);
+hsi_status hsi_gap_backward_cuda(float *dx, const float *dy, int n, int c, int64_t s);
+
+/* ------------------------------------------------------------- batch norm */
+
+/* Same arguments and rules as hsi_bn_forward_f32 / hsi_bn_backward_f32
+ * (x (N, C, S); per-channel arrays (C); all device pointers). Channel sums
+ * are taken in double, one block per channel. */
+hsi_status hsi_bn_forward_cuda(float *y, float *save_mean, float *save_invstd,
+                               float *running_mean, float *running_var, const float *x,
+                               const float *gamma, const float *beta, int n, int c, int64_t s,
+                               float eps, float momentum, int training);
+hsi_status hsi_bn_backward_cuda(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                const float *x, const float *gamma, const float *save_mean,
+                                const float *save_invstd, int n, int c, int64_t s,
+                                int training);
+
+/* ------------------------------------------------------ elementwise, linear */
+
+/* y = max(x, 0) over n elements; backward dx += (y > 0) ? dy : 0. */
+hsi_status hsi_relu_forward_cuda(float *y, const float *x, int64_t n);
+hsi_status hsi_relu_backward_cuda(float *dx, const float *dy, const float *y, int64_t n);
+/* x: (N, in), w: (out, in), b: (out) or NULL -> y: (N, out) = x w^T + b.
+ * Backward: dx (N, in) += dy w; dw (out, in) += dy^T x; db += column sums. */
+hsi_status hsi_linear_forward_cuda(float *y, const float *x, const float *w, const float *b,
+                                   int n, int in, int out);
+hsi_status hsi_linear_backward_cuda(float *dx, float *dw, float *db, const float *dy,
+                                    const float *x, const float *w, int n, int in, int out);
+
+/* --------------------------------------------------------- cross-entropy */
+
+/* Softmax cross-entropy with PyTorch's semantics (as hsi_cross_entropy):
+ * z: (N, C) logits; target: (N) int32 classes (rows equal to ignore_index
+ * are skipped; other values must lie in [0, C): a bad one makes the loss
+ * NaN rather than reading out of bounds); weight: (C) or NULL;
+ * label_smoothing eps. Writes p (N, C) softmax, loss[0] = the mean loss
+ * (sum over rows / sum of weight[target]) and wsum[0] = that denominator —
+ * device scalars, never read back here. */
+hsi_status hsi_cross_entropy_forward_cuda(float *loss, float *wsum, float *p, const float *z,
+                                          const int32_t *target, const float *weight, int64_t n,
+                                          int64_t c, double eps, int64_t ignore_index);
+/* dz (N, C) += g / wsum * d(sum)/dz, g = dloss[0] (a device scalar; NULL =
+ * 1), from the saved p and wsum. */
+hsi_status hsi_cross_entropy_backward_cuda(float *dz, const float *dloss, const float *wsum,
+                                           const float *p, const int32_t *target,
+                                           const float *weight, int64_t n, int64_t c,
+                                           double eps, int64_t ignore_index);
+
+/* --------------------------------------------------------------- AdamW */
+
+/* One fused Adam/AdamW update of n parameters (device p, g, m, v) with
+ * cfg (kind HSI_OPT_ADAM or HSI_OPT_ADAMW, lr, betas, eps, weight decay)
+ * at step `step` (1 for the first update), operation for operation as
+ * hsi_optim_step's float path: bias corrections in double on the host. */
+hsi_status hsi_adam_step_cuda(float *p, const float *g, float *m, float *v, int64_t n,
+                              const hsi_optim_config *cfg, int64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
