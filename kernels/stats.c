@@ -268,6 +268,36 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
         hsi_aligned_free(bs);
         return HSI_FAIL(HSI_ERR_NOMEM, "stats: out of memory");
     }
+    if (fast && band_major && cube->strides[1] == S * cube->strides[2]) {
+        /* BSQ-like: the lines of a tile are one contiguous run per band,
+         * read as a single stream */
+        for (int64_t tl0 = l0; tl0 < l1; tl0 += c->tile) {
+            int64_t tl1 = tl0 + c->tile < l1 ? tl0 + c->tile : l1;
+            const uint8_t *tb = (const uint8_t *)cube->buf->data + cube->offset + tl0 * cube->strides[1];
+            for (int64_t j = 0; j < nb; j++) {
+                for (int64_t y0 = tl0; y0 < tl1;) {
+                    /* keep runs below 2^24 elements: exact 64-bit sums */
+                    int64_t ny = (((int64_t)1 << 24) / S) > 0 ? ((int64_t)1 << 24) / S : 1;
+                    if (ny > tl1 - y0) ny = tl1 - y0;
+                    int64_t sm;
+                    uint64_t q;
+                    int32_t mn, mx;
+                    row_int(tb + j * cube->strides[0] + (y0 - tl0) * cube->strides[1], ny * S, cube->dtype,
+                            cube->swapped, &sm, &q, &mn, &mx);
+                    merge_exact(&an[j], &amean[j], &am2[j], ny * S, sm, q);
+                    if (mn < amn[j]) amn[j] = mn;
+                    if (mx > amx[j]) amx[j] = mx;
+                    y0 += ny;
+                }
+            }
+            hsi_kern_release_lines(cube, tl0, tl1);
+            if (c->prog) {
+                int64_t d = __atomic_add_fetch(c->lines_done, tl1 - tl0, __ATOMIC_RELAXED);
+                if (t == 0) hsi_progress_update(c->prog, d);
+            }
+        }
+        l1 = l0; /* done: skip the line loop */
+    }
     for (int64_t y = l0; y < l1; y++) {
         if (fast) {
             const uint8_t *lb = (const uint8_t *)cube->buf->data + cube->offset + y * cube->strides[1];
