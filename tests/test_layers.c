@@ -348,11 +348,13 @@ static void run_conv_vs_ref(const conv_case *cc, int f32)
     ref_conv(ry, rdx, rdw, rdb, dy, x, w, cc->bias ? b : NULL, &d);
     size_t wsb = hsi_conv_workspace_bytes(&d, f32 ? 4 : 8);
     void *ws = malloc(wsb);
+    memset(ws, 0xFF, wsb); /* NaN everywhere: an arena reused from other layers */
     if (f32) {
         float *fx = to_f32(x, nx), *fw = to_f32(w, nw), *fb = to_f32(b, d.k),
               *fdy = to_f32(dy, ny), *fy = to_f32(y, ny), *fdx = to_f32(dx, nx),
               *fdw = to_f32(dw, nw), *fdb = to_f32(db, d.k);
         hsi_conv_forward_f32(fy, fx, fw, cc->bias ? fb : NULL, &d, ws);
+        memset(ws, 0xFF, wsb);
         hsi_conv_backward_f32(fdx, fdw, fdb, fdy, fx, fw, &d, ws);
         from_f32(y, fy, ny), from_f32(dx, fdx, nx), from_f32(dw, fdw, nw), from_f32(db, fdb, d.k);
         free(fx), free(fw), free(fb), free(fdy), free(fy), free(fdx), free(fdw), free(fdb);
@@ -363,6 +365,7 @@ static void run_conv_vs_ref(const conv_case *cc, int f32)
         CHECK_CLOSE("db", db, rdb, d.k, 1e-3, 1e-4);
     } else {
         hsi_conv_forward_f64(y, x, w, cc->bias ? b : NULL, &d, ws);
+        memset(ws, 0xFF, wsb);
         hsi_conv_backward_f64(dx, dw, db, dy, x, w, &d, ws);
         CHECK_CLOSE("y", y, ry, ny, 1e-12, 1e-12);
         CHECK_CLOSE("dx", dx, rdx, nx, 1e-12, 1e-12);
