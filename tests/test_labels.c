@@ -56,6 +56,37 @@ static void test_mat(void)
     hsi_labels_free(&l);
 }
 
+/* A one-band integer raw file + ENVI header (not a classification file). */
+static void test_raw_header(void)
+{
+    const char *dat = hsi_test_tmp("gt_raw.bin");
+    FILE *fp = fopen(dat, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    for (int i = 0; i < 3 * 7; i++) {
+        uint16_t v = (uint16_t)(i % 4 == 0 ? 300 : i % 5); /* ids > 255 are fine */
+        fwrite(&v, 2, 1, fp);
+    }
+    fclose(fp);
+    fp = fopen(hsi_test_tmp("gt_raw.hdr"), "w");
+    fputs("ENVI\nsamples = 7\nlines = 3\nbands = 1\nheader offset = 0\ndata type = 12\n"
+          "interleave = bsq\nbyte order = 0\n",
+          fp);
+    fclose(fp);
+    hsi_labels l;
+    HSI_CHECK_OK(hsi_labels_open(&l, dat, NULL));
+    CU_ASSERT_EQUAL(l.n_classes, 301);
+    int64_t want[5] = {0};
+    int64_t n300 = 0;
+    for (int i = 0; i < 21; i++) {
+        if (i % 4 == 0) n300++;
+        else want[i % 5]++;
+    }
+    CU_ASSERT_EQUAL(l.counts[300], n300);
+    for (int c = 0; c < 5; c++) CU_ASSERT_EQUAL(l.counts[c], want[c]);
+    CU_ASSERT_PTR_NULL(l.names);
+    hsi_labels_free(&l);
+}
+
 static void test_bad(void)
 {
     hsi_labels l;
@@ -127,5 +158,6 @@ static void test_real_gt(void)
 
 HSI_SUITE(labels, 0, {"ENVI classification (SPy)", test_envi_classification},
           {"GeoTIFF colour table + categories", test_geotiff}, {".mat label map", test_mat},
+          {"raw + ENVI header", test_raw_header},
           {"bad label maps", test_bad})
 HSI_SUITE(labels_shared, HSI_SUITE_NEEDS_SHARED, {"six *_gt.mat vs SOURCES.md counts", test_real_gt})

@@ -58,6 +58,8 @@ static void test_var_choice(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "a (5x4x3 float64)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "b (5x4x3 int16)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "gt (5x4 uint8)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "z (5x4x3 complex)"));
+    HSI_CHECK_FAILS(hsi_mat_open(&c, FIX "synth_two.mat", "z"), HSI_ERR_UNSUPPORTED, "complex");
     HSI_CHECK_OK(hsi_mat_open(&c, FIX "synth_two.mat", "b"));
     CU_ASSERT_EQUAL(c.view.dtype, HSI_I16);
     CU_ASSERT_EQUAL(check_formula(&c.view, 1, -7), 0);
