@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "cli/train.h"
 #include "models/nn.h"
+#include "models/optim.h"
 
 static const char train_usage[] =
     "usage: hsi train CUBE LABELS --out DIR [options]\n"
@@ -47,6 +48,7 @@ static const char train_usage[] =
     "  --train-labels F, --test-labels F   explicit split maps\n"
     "training:\n"
     "  --epochs N (40)  --batch N (64)  --lr X (1e-3, AdamW, cosine schedule)\n"
+    "  --schedule cosine|constant|step   learning-rate schedule (cosine: 2 warm-up epochs)\n"
     "  --weight-decay X (1e-4)  --patience N (15; early stop on validation OA, 0 = off)\n"
     "  --no-augment        no flips/rotations\n"
     "  --seed N (1)  --workers N (1)  --prefetch N (2)  --threads N (BLAS threads)\n"
@@ -136,6 +138,12 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
         } else if (hsi_cli_opt(argc, argv, &i, "--patience", &v)) {
             if (!hsi_cli_parse_int(cmd, "--patience", v, 0, 100000, &k)) return HSI_EXIT_USAGE;
             c->patience = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--schedule", &v)) {
+            NEED("--schedule");
+            if (!strcmp(v, "cosine")) c->schedule = HSI_SCHED_COSINE;
+            else if (!strcmp(v, "constant")) c->schedule = HSI_SCHED_CONSTANT;
+            else if (!strcmp(v, "step")) c->schedule = HSI_SCHED_STEP;
+            else return hsi_cli_usage_error(cmd, "--schedule expects cosine, constant or step");
         } else if (!strcmp(argv[i], "--no-augment")) c->augment = 0;
         else if (hsi_cli_opt(argc, argv, &i, "--seed", &v)) {
             if (!hsi_cli_parse_int(cmd, "--seed", v, 0, 1LL << 62, &k)) return HSI_EXIT_USAGE;

@@ -51,6 +51,7 @@ void hsi_train_config_init(hsi_train_config *c)
     c->weight_decay = 1e-4;
     c->patience = 15;
     c->seed = 1;
+    c->schedule = HSI_SCHED_COSINE;
     c->workers = 1;
     c->prefetch = 2;
     c->device = "auto";
@@ -701,22 +702,40 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
     oc.weight_decay = c.weight_decay;
     HSI_TRY(hsi_optim_new(&opt, &oc, p.net));
     hsi_sched sched;
-    hsi_sched_init(&sched, HSI_SCHED_COSINE, c.lr);
+    hsi_sched_init(&sched, c.schedule, c.lr);
+    sched.step_size = c.epochs > 3 ? c.epochs / 3 : 1;
+    sched.gamma = 0.1;
     sched.warmup = c.epochs >= 10 ? 2 : 0;
     sched.total = c.epochs;
     sched.min_lr = c.lr * 0.01;
     hsi_manual_seed(c.seed);
-    int first_epoch = 0;
+    int first_epoch = 0, resume_best_epoch = -1, resume_since_best = 0;
+    double resume_best_val = -1;
     if (c.resume) {
         char *cfgs = NULL;
         int ep = 0;
         st = hsi_train_load(p_state, p.net, opt, &sched, &ep, &cfgs);
-        free(cfgs);
         if (st != HSI_OK) {
+            free(cfgs);
             hsi_fail_context(st, "--resume");
             goto cleanup;
         }
+        cJSON *rj = cfgs ? cJSON_Parse(cfgs) : NULL;
+        free(cfgs);
+        const cJSON *bv = cJSON_GetObjectItem(rj, "best_val"), *be = cJSON_GetObjectItem(rj, "best_epoch"),
+                    *sb = cJSON_GetObjectItem(rj, "since_best");
+        if (cJSON_IsNumber(bv) && cJSON_IsNumber(be) && cJSON_IsNumber(sb)) {
+            resume_best_val = bv->valuedouble;
+            resume_best_epoch = be->valueint;
+            resume_since_best = sb->valueint;
+        }
+        cJSON_Delete(rj);
         first_epoch = ep;
+        if (first_epoch >= c.epochs) {
+            st = HSI_FAIL(HSI_ERR_ARG, "--resume: %s already holds %d epochs; ask for more with "
+                                       "--epochs N (N > %d)", p_state, ep, ep);
+            goto cleanup;
+        }
         say(&c, "resuming after epoch %d from %s\n", ep, p_state);
     } else {
         hsi_sched_begin(&sched, opt);
@@ -746,8 +765,8 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
     HSI_TRY(hsi_graph_new(&g));
 
     /* ---- epochs */
-    double best_val = -1, t_train = hsi_now();
-    int best_epoch = -1, since_best = 0;
+    double best_val = resume_best_val, t_train = hsi_now();
+    int best_epoch = resume_best_epoch, since_best = resume_since_best;
     int have_val = sp.n[HSI_ROLE_VAL] > 0;
     prof_acc pa = {0, 0, 0};
     int64_t samples_total = 0;
@@ -769,7 +788,8 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
         }
         double lr_now = opt->cfg.lr;
         hsi_sched_epoch_end(&sched, opt, 1 - val_oa);
-        int improved = val_oa > best_val;
+        /* without validation pixels the last epoch is kept */
+        int improved = !have_val || val_oa > best_val;
         if (improved) {
             best_val = val_oa;
             best_epoch = epoch;
@@ -784,7 +804,12 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
                 "ETA %.0fs\n",
             epoch + 1, c.epochs, loss, 100 * acc, have_val ? "val OA" : "(no val)", 100 * val_oa,
             improved ? "*" : " ", lr_now, dt > 0 ? (double)n_seen / dt : 0, eta);
-        HSI_TRY(hsi_train_save(p_state, p.net, opt, &sched, epoch + 1, NULL));
+        {
+            char rs[160];
+            snprintf(rs, sizeof rs, "{\"best_val\": %.17g, \"best_epoch\": %d, \"since_best\": %d}",
+                     best_val, best_epoch, since_best);
+            HSI_TRY(hsi_train_save(p_state, p.net, opt, &sched, epoch + 1, rs));
+        }
         if (c.patience > 0 && have_val && since_best >= c.patience) {
             say(&c, "early stop: no validation improvement for %d epochs\n", c.patience);
             epoch++;
@@ -813,11 +838,33 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
         train_time, res->train_samples_per_s, ls.wait_s,
         100 * ls.wait_s / (pa.fwd + pa.bwd + pa.opt + ls.wait_s + 1e-12), best_epoch + 1);
 
-    /* ---- test metrics */
+    /* ---- whole-scene map; the test metrics are read off it (a pixel's
+     * prediction does not depend on the tile it was computed in) */
     t = hsi_now();
-    HSI_TRY(eval_role(&mt, p.net, &c, &pt, &sp, HSI_ROLE_TEST, p.n_features, g, prof));
+    map = malloc((size_t)(L * S) * sizeof *map);
+    if (!map) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    HSI_TRY(predict_scene(map, &p, &cube.view, c.batch * 2, 0));
+    {
+        int64_t nt = sp.n[HSI_ROLE_TEST];
+        int32_t *pred = malloc((size_t)(nt ? nt : 1) * sizeof *pred);
+        if (!pred) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        for (int64_t i = 0; i < nt; i++) {
+            int32_t id = map[sp.idx[HSI_ROLE_TEST][i]];
+            pred[i] = 0;
+            for (int k = 0; k < K; k++)
+                if (p.label_ids[k] == id) pred[i] = k;
+        }
+        st = hsi_metrics_compute(&mt, sp.cls[HSI_ROLE_TEST], pred, nt, K);
+        free(pred);
+        if (st != HSI_OK) goto cleanup;
+    }
     have_metrics = 1;
-    prof->predict += hsi_now() - t;
     res->oa = mt.oa;
     res->aa = mt.aa;
     res->kappa = mt.kappa;
@@ -826,15 +873,6 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
     res->n_test = sp.n[HSI_ROLE_TEST];
     if (c.verbose) hsi_metrics_print(&mt, stdout, (const char *const *)p.names, 0);
     if (c.log) hsi_metrics_print(&mt, c.log, (const char *const *)p.names, 1);
-
-    /* ---- whole-scene map */
-    t = hsi_now();
-    map = malloc((size_t)(L * S) * sizeof *map);
-    if (!map) {
-        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
-        goto cleanup;
-    }
-    HSI_TRY(predict_scene(map, &p, &cube.view, c.batch * 2, 0));
     prof->predict += hsi_now() - t;
 
     /* ---- files */

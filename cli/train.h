@@ -45,6 +45,7 @@ typedef struct hsi_train_config {
     int batch;                    /* default 64 */
     double lr;                    /* AdamW, default 1e-3 */
     double weight_decay;          /* default 1e-4 */
+    int schedule;                 /* hsi_sched_kind: cosine (default), constant, step */
     int patience;                 /* early stopping on validation OA, epochs (0 = off) */
     uint64_t seed;
     int workers, prefetch;

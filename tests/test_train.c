@@ -1,0 +1,178 @@
+/* test_train.c — `hsi train`, `predict`, `eval` on the bundled scene, as a
+ * user runs them: the files promised exist and agree with each other, the
+ * metrics are recomputed here from the confusion matrix, resume continues
+ * bit-identically, and bad arguments fail clearly. Short runs (2-3 epochs):
+ * accuracy is measured by bench/, not asserted here. */
+#include <cJSON.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "io/envi.h"
+#include "test.h"
+
+#define HSI_BIN "./build/hsi"
+#define SCENE "data_samples/scene.hdr data_samples/scene_gt.hdr"
+
+static char out[1 << 16];
+
+static int run(const char *fmt, ...)
+{
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    out[got] = 0;
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static cJSON *load_json(const char *path)
+{
+    char *t = NULL;
+    size_t n;
+    if (hsi_read_file(path, &t, &n) != HSI_OK) return NULL;
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    return j;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    int same = hsi_read_file(a, &x, &nx) == HSI_OK && hsi_read_file(b, &y, &ny) == HSI_OK &&
+               nx == ny && memcmp(x, y, nx) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static void test_train_outputs(void)
+{
+    const char *dir = hsi_test_tmp("t1");
+    int rc = run(HSI_BIN " train " SCENE " --out %s --epochs 1 --train 0.03 --quiet --seed 3", dir);
+    if (rc) fprintf(stderr, "%s\n", out);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    const char *files[] = {"model.safetensors", "pipeline.json", "pca.bin", "metrics.json",
+                           "split.json", "map.hdr", "map", "map.png", "train.log",
+                           "train_state.safetensors"};
+    char path[4096];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        if (access(path, R_OK) != 0) fprintf(stderr, "\n  missing %s\n", path);
+        CU_ASSERT_EQUAL(access(path, R_OK), 0);
+    }
+    /* metrics: OA, AA and kappa recomputed from the confusion matrix */
+    snprintf(path, sizeof path, "%s/metrics.json", dir);
+    cJSON *m = load_json(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    cJSON *cm = cJSON_GetObjectItem(m, "confusion");
+    int K = cJSON_GetArraySize(cm);
+    CU_ASSERT_EQUAL_FATAL(K, 8);
+    double tot = 0, diag = 0, rows[8] = {0}, cols[8] = {0}, aa = 0;
+    for (int i = 0; i < K; i++)
+        for (int j = 0; j < K; j++) {
+            double v = cJSON_GetArrayItem(cJSON_GetArrayItem(cm, i), j)->valuedouble;
+            tot += v;
+            rows[i] += v;
+            cols[j] += v;
+            if (i == j) diag += v;
+        }
+    for (int i = 0; i < K; i++)
+        aa += cJSON_GetArrayItem(cJSON_GetArrayItem(cm, i), i)->valuedouble / rows[i] / K;
+    double pe = 0;
+    for (int i = 0; i < K; i++) pe += rows[i] * cols[i] / (tot * tot);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(m, "oa")->valuedouble, diag / tot, 1e-9);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(m, "aa")->valuedouble, aa, 1e-9);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(m, "kappa")->valuedouble, (diag / tot - pe) / (1 - pe),
+                    1e-9);
+    cJSON *sc = cJSON_GetObjectItem(m, "split_counts");
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(sc, "test")->valuedouble, tot, 0);
+    /* 6421 labelled pixels = train + val + test (random split, no guard) */
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(sc, "train")->valuedouble +
+                        cJSON_GetObjectItem(sc, "val")->valuedouble + tot,
+                    6421, 0);
+    CU_ASSERT(cJSON_IsFalse(cJSON_GetObjectItem(m, "leaky_protocol")));
+    cJSON_Delete(m);
+    /* the map: every pixel one of the 8 class ids, metadata of a classification file */
+    snprintf(path, sizeof path, "%s/map.hdr", dir);
+    hsi_cube mc;
+    hsi_cube_init(&mc);
+    HSI_CHECK_OK(hsi_envi_open(&mc, path));
+    CU_ASSERT_EQUAL(mc.meta.file_kind, HSI_FILE_CLASSIFICATION);
+    CU_ASSERT_EQUAL(mc.view.shape[1], 96);
+    const uint8_t *mp = mc.view.buf->data;
+    int bad = 0;
+    for (int i = 0; i < 96 * 96; i++) bad += mp[i] < 1 || mp[i] > 8;
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_STRING_EQUAL(mc.meta.class_names[3], "Young maize");
+    /* predict with the saved pipeline gives the same map */
+    const char *pm = hsi_test_tmp("t1_pred.hdr");
+    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " predict %s data_samples/scene.hdr %s --quiet", dir, pm), 0);
+    hsi_cube pc;
+    hsi_cube_init(&pc);
+    HSI_CHECK_OK(hsi_envi_open(&pc, pm));
+    CU_ASSERT_EQUAL(memcmp(pc.view.buf->data, mc.view.buf->data, 96 * 96), 0);
+    hsi_cube_free(&pc);
+    /* eval over all labelled pixels agrees with the map */
+    const char *ej = hsi_test_tmp("t1_eval.json");
+    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " eval %s " SCENE " --json %s", dir, ej), 0);
+    hsi_cube gt;
+    hsi_cube_init(&gt);
+    HSI_CHECK_OK(hsi_envi_open(&gt, "data_samples/scene_gt.hdr"));
+    const uint8_t *g = gt.view.buf->data;
+    int64_t n = 0, ok = 0;
+    for (int i = 0; i < 96 * 96; i++)
+        if (g[i]) {
+            n++;
+            ok += g[i] == mp[i];
+        }
+    cJSON *e = load_json(ej);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "oa")->valuedouble, (double)ok / (double)n, 1e-12);
+    cJSON_Delete(e);
+    hsi_cube_free(&gt);
+    hsi_cube_free(&mc);
+}
+
+static void test_resume_bit_identical(void)
+{
+    const char *a = hsi_test_tmp("ra"), *b = hsi_test_tmp("rb");
+    const char *opts = "--epochs 2 --train 0.03 --val 0 --quiet --seed 5 --workers 2 --schedule constant";
+    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " train " SCENE " --out %s %s", a, opts), 0);
+    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " train " SCENE " --out %s --epochs 1 --train 0.03 --val 0 "
+                                      "--quiet --seed 5 --workers 0 --schedule constant", b), 0);
+    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " train " SCENE " --out %s %s --resume", b, opts), 0);
+    char pa[4096], pb[4096];
+    snprintf(pa, sizeof pa, "%s/model.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/model.safetensors", b);
+    CU_ASSERT(same_file(pa, pb));
+    /* nothing left to resume */
+    CU_ASSERT_EQUAL(run(HSI_BIN " train " SCENE " --out %s %s --resume", b, opts), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "already holds 2 epochs"));
+}
+
+static void test_train_errors(void)
+{
+    const char *dir = hsi_test_tmp("terr");
+    CU_ASSERT_EQUAL(run(HSI_BIN " train " SCENE " --out %s --patch 10", dir), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--patch must be odd"));
+    CU_ASSERT_EQUAL(run(HSI_BIN " train " SCENE), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--out DIR is required"));
+    CU_ASSERT_EQUAL(run(HSI_BIN " train data_samples/scene.hdr data_samples/scene.hdr --out %s", dir),
+                    1);
+    CU_ASSERT_EQUAL(run(HSI_BIN " train " SCENE " --out %s --device cuda --epochs 1", dir), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--device cuda"));
+    CU_ASSERT_EQUAL(run(HSI_BIN " train --list-models"), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "5122176")); /* HybridSN's published count */
+}
+
+HSI_SUITE(train_cli, 0, {"train writes consistent outputs", test_train_outputs},
+          {"resume is bit-identical", test_resume_bit_identical},
+          {"bad arguments", test_train_errors})
