@@ -5,6 +5,7 @@
 # test runner (suites and commands register themselves).
 
 SHELL     := /bin/bash
+NPROC     := $(shell nproc 2>/dev/null || echo 2)
 BUILD     ?= build
 PREFIX    ?= /usr/local
 CC        ?= cc
@@ -87,12 +88,12 @@ deps:
 
 # The whole suite; exit status = failures (see tests/runner.c).
 test: deps
-	@$(MAKE) --no-print-directory all $(TESTBIN)
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(TESTBIN)
 	./$(TESTBIN) $(TESTS)
 
 # CUDA suites only; fails when no device is present.
 test-cuda: deps
-	@$(MAKE) --no-print-directory all $(TESTBIN)
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(TESTBIN)
 	./$(TESTBIN) --require-cuda cuda
 
 # Address + undefined-behaviour sanitizers over the whole suite (CPU build).
@@ -117,14 +118,16 @@ fuzz: deps
 	done
 
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@bash scripts/demo.sh
 
 bench: all
 	@bash bench/run.sh
 
+# Regenerates every committed fixture with Debian's Python packages.
 fixtures:
-	/usr/bin/python3 tests/fixtures/make_fixtures.py
+	@set -e; for f in tests/fixtures/make_*.py tests/malformed/make_*.py; do \
+	  echo "/usr/bin/python3 $$f"; /usr/bin/python3 $$f; done
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/hsi \
