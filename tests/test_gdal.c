@@ -9,6 +9,7 @@
 #include <ogr_srs_api.h>
 
 #include "io/cube.h"
+#include "io/envi.h"
 #include "io/gdal_io.h"
 #include "io/labels.h"
 #include "io/quicklook.h"
@@ -143,6 +144,31 @@ static void test_envi_to_geotiff(void)
     HSI_ASSERT_NEAR(r.meta.map_info.easting, c.meta.map_info.easting, 1e-9);
     hsi_cube_free(&r);
     hsi_cube_free(&c);
+}
+
+/* map info with rotation=: the geotransform GDAL derives (fixture). */
+static void test_rotation(void)
+{
+    FILE *fp = fopen(FIX "geo_rotation_expected.txt", "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    char mi[512], line[512];
+    double want[6];
+    CU_ASSERT_FATAL(fgets(line, sizeof line, fp) != NULL);
+    CU_ASSERT_FATAL(sscanf(line, "map info %511[^\n]", mi) == 1);
+    CU_ASSERT_FATAL(fscanf(fp, "geotransform %lf %lf %lf %lf %lf %lf", &want[0], &want[1], &want[2],
+                           &want[3], &want[4], &want[5]) == 6);
+    fclose(fp);
+    char hdr[1024];
+    snprintf(hdr, sizeof hdr,
+             "ENVI\nsamples = 100\nlines = 100\nbands = 1\nheader offset = 0\ndata type = 1\n"
+             "interleave = bsq\nbyte order = 0\nmap info = {%s}\n",
+             mi);
+    hsi_meta m;
+    HSI_CHECK_OK(hsi_envi_parse(&m, hdr, strlen(hdr), "rotation.hdr"));
+    double gt[6];
+    CU_ASSERT_FATAL(hsi_meta_geotransform(&m, gt));
+    for (int k = 0; k < 6; k++) HSI_ASSERT_NEAR(gt[k], want[k], 1e-6);
+    hsi_meta_free(&m);
 }
 
 static void test_write_classes(void)
@@ -314,6 +340,7 @@ static void test_dispatch(void)
 
 HSI_SUITE(gdal, 0, {"read GeoTIFF (GDAL-written)", test_read_geotiff},
           {"ENVI map info -> GeoTIFF geotransform/CRS", test_envi_to_geotiff},
+          {"map info rotation -> geotransform (GDAL)", test_rotation},
           {"classification GeoTIFF", test_write_classes}, {"PNG", test_png},
           {"quicklook PNGs (cube, label map + legend)", test_quicklook},
           {"NetCDF subdatasets", test_subdatasets}, {"open by content", test_dispatch})
