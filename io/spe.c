@@ -453,6 +453,27 @@ static hsi_status parse_footer(hsi_spe_info *s, const char *name, int64_t data_e
     if (wl)
         for (int k = 0; k < n; k++) roi_wavelengths(&s->rois[k], wl, n_wl);
 
+    /* per-frame metadata blocks (they sit after each frame, inside the stride) */
+    xmlNode *mf = child(root, "MetaFormat");
+    size_t fw = 0;
+    for (xmlNode *c = mf ? mf->children : NULL; c; c = c->next) {
+        if (c->type != XML_ELEMENT_NODE || strcmp(lname(c), "MetaBlock")) continue;
+        char ty[48], ev[48], bits[16];
+        attr_str(c, "type", ty, sizeof ty);
+        if (!attr_str(c, "event", ev, sizeof ev)) attr_str(c, "component", ev, sizeof ev);
+        attr_str(c, "bitDepth", bits, sizeof bits);
+        int k = snprintf(s->frame_meta + fw, sizeof s->frame_meta - fw, "%s%s%s%s%s%s",
+                         fw ? ", " : "", ty[0] ? ty : lname(c), ev[0] ? " " : "", ev,
+                         bits[0] ? " " : "", bits);
+        if (k < 0 || (size_t)k >= sizeof s->frame_meta - fw) break;
+        fw += (size_t)k;
+        if (bits[0]) {
+            k = snprintf(s->frame_meta + fw, sizeof s->frame_meta - fw, " bit");
+            if (k < 0 || (size_t)k >= sizeof s->frame_meta - fw) break;
+            fw += (size_t)k;
+        }
+    }
+
     /* descriptive fields */
     xmlNode *e = find_deep(root, "ExposureTime", "ShutterTiming", 0);
     if (e && (text = xmlNodeGetContent(e))) {
@@ -702,6 +723,7 @@ static hsi_status fill_meta(hsi_meta *m, const hsi_spe_info *s, int roi)
     if (s->software[0]) HSI_TRY(hsi_meta_set(m, "software", s->software, 0));
     if (s->camera[0]) HSI_TRY(hsi_meta_set(m, "camera", s->camera, 0));
     if (s->comments[0]) HSI_TRY(hsi_meta_set(m, "comments", s->comments, 1));
+    if (s->frame_meta[0]) HSI_TRY(hsi_meta_set(m, "frame metadata", s->frame_meta, 1));
     if (!s->xml && s->xcal.valid) {
         char c[256];
         size_t w = 0;

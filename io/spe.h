@@ -49,6 +49,8 @@ typedef struct hsi_spe_info {
     char software[96];  /* 3.0 Origin software + version, "" otherwise */
     char camera[96];    /* 3.0 camera model, "" otherwise */
     char comments[5 * 81]; /* 2.x comments joined by " | " (UTF-8) */
+    char frame_meta[256];  /* 3.0 per-frame metadata blocks (MetaFormat), e.g.
+                              "TimeStamp ExposureStarted 64 bit, ..."; "" if none */
     hsi_spe_calib xcal, ycal; /* 2.x binary calibration (also filled in 3.0) */
     int pixel_base;     /* pixel numbering used for the 2.x polynomial (0 or 1) */
     char *xml;          /* the 3.0 footer text (NUL-terminated) or NULL */

@@ -167,6 +167,9 @@ static void test_v3_layout(void)
     const hsi_kv *kv = hsi_meta_find(&c.meta, "roi 1");
     CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
     CU_ASSERT_STRING_EQUAL(kv->value, "3, 1, x 3, y 4, binning 2, 2");
+    kv = hsi_meta_find(&c.meta, "frame metadata");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
+    CU_ASSERT_STRING_EQUAL(kv->value, "TimeStamp ExposureStarted 64 bit, TimeStamp ExposureEnded 64 bit");
     kv = hsi_meta_find(&c.meta, "software");
     CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
     CU_ASSERT_STRING_EQUAL(kv->value, "Synth 1.0");
