@@ -64,7 +64,16 @@ static hsi_status fused_worker(void *vc, int t, int nt)
         for (int64_t y = tl0; y < tl1; y++) {
             for (int64_t s0 = 0; s0 < S; s0 += ch) {
                 int64_t np = S - s0 < ch ? S - s0 : ch;
-                int64_t ld = in_bm ? np : nf;
+                int64_t ld = in_bm ? np : nf, yl = y - dl0;
+                if (!c->W && in_bm == !out_pm) {
+                    /* no projection and the same orientation: the loader
+                     * writes straight into the destination */
+                    if (out_pm)
+                        hsi_kern_load_f32(dst + (yl * S + s0) * no, no, 0, cube, &c->pp, y, s0, np, scr);
+                    else
+                        hsi_kern_load_f32(dst + yl * S + s0, dL * S, 1, cube, &c->pp, y, s0, np, scr);
+                    continue;
+                }
                 hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
                 const float *R = blk; /* result: element (p, o) */
                 int64_t rs_p, rs_o;
@@ -94,7 +103,6 @@ static hsi_status fused_worker(void *vc, int t, int nt)
                     rs_p = in_bm ? 1 : nf;
                     rs_o = in_bm ? np : 1;
                 }
-                int64_t yl = y - dl0;
                 if (out_pm) {
                     float *d = dst + (yl * S + s0) * no;
                     for (int64_t p = 0; p < np; p++)
