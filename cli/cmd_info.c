@@ -240,21 +240,14 @@ static int info_run(int argc, char **argv)
      * then fail with the reader's error. */
     char err[2048];
     snprintf(err, sizeof err, "%s", hsi_last_error());
-    char *text = NULL;
-    size_t len = 0;
     hsi_meta m;
     hsi_meta_init(&m);
-    int shown = 0;
-    if (hsi_read_file(path, &text, &len) == HSI_OK && len >= 4 && !strncmp(text, "ENVI", 4) &&
-        hsi_envi_parse(&m, text, len, path) == HSI_OK) {
+    if (hsi_envi_read_header(&m, path) == HSI_OK) {
         if (!m.format) m.format = strdup("envi");
         emit(&m, NULL, json, err);
-        shown = 1;
     }
-    free(text);
     hsi_meta_free(&m);
     fprintf(stderr, "hsi info: %s\n", err);
-    (void)shown;
     return HSI_EXIT_FAIL;
 }
 
