@@ -413,14 +413,53 @@ cleanup:
     return st;
 }
 
+/* A label map opened as a cube: ENVI-classification metadata (ids 0..max,
+ * default names) so that writers and viewers treat it as classes. */
+static hsi_status mark_classification(hsi_meta *m, const hsi_view *v)
+{
+    double vmax = 0;
+    int64_t idx[3] = {0, 0, 0};
+    for (idx[1] = 0; idx[1] < v->shape[1]; idx[1]++)
+        for (idx[2] = 0; idx[2] < v->shape[2]; idx[2]++) {
+            double x = hsi_view_get_f64(v, idx);
+            if (x > vmax) vmax = x;
+        }
+    if (!(vmax < 65536)) return HSI_OK; /* not ids: leave it a plain band */
+    int n = (int)vmax + 1;
+    m->class_names = calloc((size_t)n, sizeof *m->class_names);
+    if (!m->class_names) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    m->n_classes = n;
+    for (int i = 0; i < n; i++) {
+        char b[32];
+        snprintf(b, sizeof b, i ? "Class %d" : "Unclassified", i);
+        if (!(m->class_names[i] = strdup(b))) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    }
+    m->file_kind = HSI_FILE_CLASSIFICATION;
+    return HSI_OK;
+}
+
 hsi_status hsi_mat_open(hsi_cube *out, const char *path, const char *var)
 {
     hsi_status st = HSI_OK;
     char name[64], version[8], mclass[16];
+    int label_map = 0;
     hsi_cube_init(out);
-    HSI_TRY(choose(name, sizeof name, path, var, 3));
+    st = choose(name, sizeof name, path, var, 3);
+    if (st == HSI_ERR_ARG && !var && strstr(hsi_last_error(), ": no 3-D")) {
+        /* no cube, but maybe one 2-D integer map: a one-band classification */
+        char saved[1200];
+        snprintf(saved, sizeof saved, "%s", hsi_last_error());
+        if (choose(name, sizeof name, path, NULL, 2) == HSI_OK) {
+            st = HSI_OK;
+            label_map = 1;
+        } else {
+            hsi_fail(st, "%s", saved);
+        }
+    }
+    if (st != HSI_OK) goto cleanup;
     HSI_TRY(read_view(&out->view, path, name, 3, version, sizeof version, mclass, sizeof mclass));
     hsi_meta *m = &out->meta;
+    if (label_map) HSI_TRY(mark_classification(m, &out->view));
     m->n_bands = out->view.shape[0];
     m->n_lines = out->view.shape[1];
     m->n_samples = out->view.shape[2];

@@ -33,7 +33,10 @@ hsi_status hsi_mat_list(hsi_mat_var **vars, int *n, const char *path);
  * a (band, line, sample) view with line = MATLAB row, sample = column, over
  * the column-major buffer matio filled (no copy). var NULL = the only 3-D
  * numeric variable (else the error lists the candidates). A named 2-D
- * variable opens as a one-band cube. meta.format = "mat". */
+ * variable opens as a one-band cube; with no 3-D variable and exactly one
+ * 2-D integer one (a ground-truth file), that map opens as a one-band cube
+ * marked as an ENVI classification (ids 0..max, names "Class N").
+ * meta.format = "mat". */
 hsi_status hsi_mat_open(hsi_cube *out, const char *path, const char *var);
 
 /* Opens a 2-D variable as a (line, sample) view (line = MATLAB row). var

@@ -86,6 +86,23 @@ static void test_var_choice(void)
     hsi_cube_free(&c);
 }
 
+/* A ground-truth file (one 2-D map, no cube) opens as a one-band
+ * classification cube. */
+static void test_gt_as_cube(void)
+{
+    hsi_cube c;
+    HSI_CHECK_OK(hsi_mat_open(&c, FIX "synth_gt.mat", NULL));
+    CU_ASSERT(c.view.shape[0] == 1 && c.view.shape[1] == 6 && c.view.shape[2] == 7);
+    CU_ASSERT_EQUAL(c.view.dtype, HSI_U8);
+    CU_ASSERT_EQUAL(c.meta.file_kind, HSI_FILE_CLASSIFICATION);
+    CU_ASSERT_EQUAL(c.meta.n_classes, 6);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c.meta.class_names);
+    CU_ASSERT_STRING_EQUAL(c.meta.class_names[5], "Class 5");
+    int64_t i[3] = {0, 4, 3};
+    CU_ASSERT_EQUAL(hsi_view_get_f64(&c.view, i), 5);
+    hsi_cube_free(&c);
+}
+
 static void test_v73(void)
 {
     const char *p = hsi_test_tmp("v73.mat");
@@ -182,6 +199,7 @@ static void test_salinas_a(void)
 }
 
 HSI_SUITE(mat, 0, {"v5 compressed/uncompressed orientation", test_v5_compressed},
-          {"variable choice and --var", test_var_choice}, {"v7.3 (HDF5) via matio", test_v73},
+          {"variable choice and --var", test_var_choice},
+          {"ground truth as a classification cube", test_gt_as_cube}, {"v7.3 (HDF5) via matio", test_v73},
           {"malformed files", test_malformed})
 HSI_SUITE(mat_shared, HSI_SUITE_NEEDS_SHARED, {"SalinasA vs scipy loadmat", test_salinas_a})
