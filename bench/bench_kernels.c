@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "io/core.h"
 #include "kernels/fused.h"
@@ -19,6 +20,13 @@
 #include "kernels/stats.h"
 
 static const char *il_name[3] = {"bsq", "bil", "bip"};
+
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static void strides_of(int il, int64_t B, int64_t L, int64_t S, int64_t e, int64_t st[3])
 {
@@ -163,17 +171,26 @@ int main(int argc, char **argv)
     printf(" \"memcpy_1thread_s\": %.4f, \"memcpy_1thread_GBps\": %.2f,\n", m1, gb / m1);
     printf(" \"memcpy_%dthreads_s\": %.4f, \"memcpy_GBps\": %.2f,\n", nt, m2, gb / m2);
     for (int il = 0; il < 3; il++) {
-        double best = 1e30;
+        /* memcpy of this very mapping is timed right before every kernel
+         * run: on a shared machine the ratio is only fair at equal load */
+        const uint8_t *csrc = (const uint8_t *)cubes[il].buf->data;
+        size_t nbytes = (size_t)(gb * 1e9);
+        double best = 1e30, bcpu = 0, mc = 1e30;
         hsi_stats s;
         for (int r = 0; r < reps; r++) {
-            double t0 = hsi_now();
+            double m = time_memcpy(dst, csrc, nbytes, nt, 1);
+            if (m < mc) mc = m;
+            double t0 = hsi_now(), c0 = cpu_now();
             CHECK(hsi_stats_compute(&s, &cubes[il], NULL));
             double dt = hsi_now() - t0;
-            if (dt < best) best = dt;
+            if (dt < best) {
+                best = dt;
+                bcpu = cpu_now() - c0;
+            }
             if (r + 1 < reps) hsi_stats_free(&s);
         }
-        printf(" \"stats_%s_s\": %.4f, \"stats_%s_GBps\": %.2f, \"stats_%s_mean0\": %.6f,\n", il_name[il], best,
-               il_name[il], gb / best, il_name[il], s.mean[0]);
+        printf(" \"stats_%s_s\": %.4f, \"stats_%s_cpu_s\": %.4f, \"stats_%s_GBps\": %.2f, \"stats_%s_mean0\": %.6f,\n",
+               il_name[il], best, il_name[il], bcpu, il_name[il], gb / best, il_name[il], s.mean[0]);
         /* fused: zscore + PCA 30 (fit on the same cube, timed apart) */
         hsi_norm nm;
         hsi_pca p;
@@ -187,6 +204,8 @@ int main(int argc, char **argv)
         double bp = 1e30, bn = 1e30;
         for (int r = 0; r < reps; r++) {
             hsi_fused_opts fo = {.pixel_major = 0};
+            double m = time_memcpy(dst, csrc, nbytes, nt, 1);
+            if (m < mc) mc = m;
             t0 = hsi_now();
             CHECK(hsi_fused_run(out, &cubes[il], NULL, &p, &fo));
             double dt = hsi_now() - t0;
@@ -196,6 +215,7 @@ int main(int argc, char **argv)
             dt = hsi_now() - t0;
             if (dt < bn) bn = dt;
         }
+        printf(" \"memcpy_%s_GBps\": %.2f,\n", il_name[il], gb / mc);
         printf(" \"cov_fit_%s_s\": %.4f, \"cov_fit_%s_GBps\": %.2f,\n", il_name[il], tfit, il_name[il], gb / tfit);
         printf(" \"fused_zscore_pca30_%s_s\": %.4f, \"fused_zscore_pca30_%s_GBps\": %.2f,\n", il_name[il], bp,
                il_name[il], gb / bp);

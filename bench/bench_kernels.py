@@ -76,18 +76,25 @@ for name in ("f32", "u16"):
 
 print("\nissue 4 kernels benchmark (%d threads, uint16 cube %d x %d x %d = %.0f MiB)"
       % (h["threads"], B, L, S, h["cube_bytes"] / 2**20))
-print("memcpy: %.2f GB/s on %d threads (%.2f on one)" % (h["memcpy_GBps"], h["threads"], h["memcpy_1thread_GBps"]))
+print("memcpy at start: %.2f GB/s on %d threads (%.2f on one); per interleave, timed beside each run: %s"
+      % (h["memcpy_GBps"], h["threads"], h["memcpy_1thread_GBps"],
+         ", ".join("%s %.2f" % (il, h["memcpy_%s_GBps" % il]) for il in ("bsq", "bil", "bip"))))
+with open("/proc/loadavg") as f:
+    print("load average during the run: " + " ".join(f.read().split()[:3]))
 print("%-5s %-26s %8s %8s %9s %8s %8s" % ("", "pass", "s", "GB/s", "/memcpy", "xSPy", "xGDAL"))
 for il in ("bsq", "bil", "bip"):
     t = h["stats_%s_s" % il]
+    mc = h["memcpy_%s_GBps" % il]
     spy = res.get("spy_stats_%s_s" % il)
     gd = res.get("gdal_stats_%s_s" % il)
-    print("%-5s %-26s %8.3f %8.2f %9.2f %8s %8s" % (il, "stats (mean/std/min/max)", t, gb / t, gb / t / h["memcpy_GBps"],
+    print("%-5s %-26s %8.3f %8.2f %9.2f %8s %8s" % (il, "stats (mean/std/min/max)", t, gb / t, gb / t / mc,
           "%.1f" % (spy / t) if spy else "-", "%.1f" % (gd / t) if gd else "-"))
     for k, lab in (("fused_zscore_only", "fused zscore -> f32"), ("fused_zscore_pca30", "fused zscore+PCA30 -> f32"),
                    ("cov_fit", "PCA fit (cov pass)")):
         t2 = h["%s_%s_s" % (k, il)]
-        print("%-5s %-26s %8.3f %8.2f %9.2f" % (il, lab, t2, gb / t2, gb / t2 / h["memcpy_GBps"]))
+        print("%-5s %-26s %8.3f %8.2f %9.2f" % (il, lab, t2, gb / t2, gb / t2 / mc))
+    print("%-5s %-26s %8.3f %8.2f  (GB per CPU-second of the stats pass)" % (il, "  stats CPU time", h["stats_%s_cpu_s" % il],
+          gb / h["stats_%s_cpu_s" % il]))
     if spy or gd:
         print("%-5s %-26s %8s %8s" % (il, "  SPy memmap+numpy / GDAL", "%.3f" % spy if spy else "-", "%.3f" % gd if gd else "-"))
 print("\nPCA 30 components, fit + transform, 512 x 512 x 200 (seconds)")

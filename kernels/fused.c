@@ -108,10 +108,15 @@ static hsi_status fused_worker(void *vc, int t, int nt)
                     for (int64_t p = 0; p < np; p++)
                         for (int64_t o = 0; o < no; o++) d[p * no + o] = R[p * rs_p + o * rs_o];
                 } else {
-                    for (int64_t o = 0; o < no; o++) {
-                        float *d = dst + (o * dL + yl) * S + s0;
-                        for (int64_t p = 0; p < np; p++) d[p] = R[p * rs_p + o * rs_o];
-                    }
+                    /* 16 x 16 tiles: a transposing store stays in cache */
+                    for (int64_t o0 = 0; o0 < no; o0 += 16)
+                        for (int64_t p0 = 0; p0 < np; p0 += 16) {
+                            int64_t o1 = o0 + 16 < no ? o0 + 16 : no, p1 = p0 + 16 < np ? p0 + 16 : np;
+                            for (int64_t o = o0; o < o1; o++) {
+                                float *d = dst + (o * dL + yl) * S + s0;
+                                for (int64_t p = p0; p < p1; p++) d[p] = R[p * rs_p + o * rs_o];
+                            }
+                        }
                 }
             }
         }
