@@ -89,7 +89,18 @@ hsi_status hsi_cube_open(hsi_cube *out, const char *path, const hsi_open_options
     int image = options ? options->image : 0;
     hsi_cube_init(out);
 
-    HSI_TRY(hsi_buffer_map(&buf, path));
+    st = hsi_buffer_map(&buf, path);
+    if (st != HSI_OK) {
+        /* not a file: maybe a GDAL name ("NETCDF:f.nc:var", "/vsizip/...") */
+        char saved[1024];
+        snprintf(saved, sizeof saved, "%s", hsi_last_error());
+        if (strchr(path, ':') || strncmp(path, "/vsi", 4) == 0) {
+            st = hsi_gdal_open(out, path, var);
+            if (st == HSI_OK) goto cleanup;
+        }
+        hsi_fail(st, "%s", saved);
+        goto cleanup;
+    }
     const uint8_t *p = buf->data;
     size_t n = buf->size;
 

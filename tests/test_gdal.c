@@ -88,6 +88,11 @@ static void test_subdatasets(void)
     HSI_CHECK_OK(hsi_cube_open(&c, p, &o));
     CU_ASSERT_EQUAL(c.view.dtype, HSI_F32);
     hsi_cube_free(&c);
+    /* a GDAL subdataset name as the path */
+    HSI_CHECK_OK(hsi_cube_open(&c, "NETCDF:\"" FIX "two_vars.nc\":b", NULL));
+    CU_ASSERT_EQUAL(c.view.dtype, HSI_I16);
+    hsi_cube_free(&c);
+    HSI_CHECK_FAILS(hsi_cube_open(&c, hsi_test_tmp("absent.img"), NULL), HSI_ERR_IO, "absent.img");
 }
 
 static int read_expected(double gt[6], int *epsg)
