@@ -4,7 +4,7 @@ cnn2d and HybridSN (the classes of bench/torch_cnn2d.py / torch_train.py,
 the architectures of models/nn.c) trained with AdamW and cross-entropy on a
 fixed random batch on the GPU, timed with torch.cuda.synchronize; plus
 host-to-device GB/s from pinned and pageable tensors. Prints one JSON object.
-Dropout is kept (as PyTorch users train); hsi's GPU step omits it.
+Dropout is on, as in hsi's GPU step (hsi_dmodel).
 
     python3 bench/torch_gpu.py [--batch 128] [--bands 30] [--patch 11] [--classes 16] [--steps 20]"""
 import argparse

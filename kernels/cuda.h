@@ -82,6 +82,8 @@ hsi_status hsi_cuda_view_to_host(hsi_view *out, const hsi_view *in);
  * and waits for them (helpers for tests and small parameters). */
 hsi_status hsi_cuda_upload(void *dev, const void *host, size_t n);
 hsi_status hsi_cuda_download(void *host, const void *dev, size_t n);
+/* Sets n bytes of device memory to `value` on this thread's stream (no wait). */
+hsi_status hsi_cuda_memset(void *dev, int value, size_t n);
 
 /* ----------------------------------------------------------- kernels */
 

@@ -237,6 +237,14 @@ extern "C" hsi_status hsi_cuda_download(void *host, const void *dev, size_t n)
     return HSI_OK;
 }
 
+extern "C" hsi_status hsi_cuda_memset(void *dev, int value, size_t n)
+{
+    HSI_CU_TRY(hsi_cuda_require("device memset"));
+    if (n == 0) return HSI_OK;
+    HSI_CU_RET(cudaMemsetAsync(dev, value, n, hsi_cu_stream()), "device memset");
+    return HSI_OK;
+}
+
 extern "C" hsi_status hsi_cuda_view_to_device(hsi_view *out, const hsi_view *in, hsi_dtype dtype)
 {
     hsi_status st = HSI_OK;

@@ -64,6 +64,12 @@ hsi_status hsi_cuda_download(void *host, const void *dev, size_t n)
     return no_cuda("device-to-host copy");
 }
 
+hsi_status hsi_cuda_memset(void *dev, int value, size_t n)
+{
+    (void)dev, (void)value, (void)n;
+    return no_cuda("device memset");
+}
+
 hsi_status hsi_stats_compute_cuda(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts)
 {
     (void)cube, (void)opts;

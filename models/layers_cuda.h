@@ -77,6 +77,15 @@ hsi_status hsi_linear_forward_cuda(float *y, const float *x, const float *w, con
 hsi_status hsi_linear_backward_cuda(float *dx, float *dw, float *db, const float *dy,
                                     const float *x, const float *w, int n, int in, int out);
 
+/* Inverted dropout over n elements: mask[i] = 0 with probability p, else
+ * 1/(1-p), drawn from a counter-based stream of (seed, i) (not the CPU
+ * engine's generator: the same seed gives the same mask on any GPU, not the
+ * CPU's mask); y = x * mask. p = 0 gives y = x and mask 1. Backward:
+ * dx += dy * mask. */
+hsi_status hsi_dropout_forward_cuda(float *y, float *mask, const float *x, int64_t n, double p,
+                                    uint64_t seed);
+hsi_status hsi_dropout_backward_cuda(float *dx, const float *dy, const float *mask, int64_t n);
+
 /* --------------------------------------------------------- cross-entropy */
 
 /* Softmax cross-entropy with PyTorch's semantics (as hsi_cross_entropy):

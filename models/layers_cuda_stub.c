@@ -84,6 +84,17 @@ hsi_status hsi_linear_backward_cuda(float *dx, float *dw, float *db, const float
     (void)dx, (void)dw, (void)db, (void)dy, (void)x, (void)w, (void)n, (void)in, (void)out;
     return NO_CUDA("linear backward");
 }
+hsi_status hsi_dropout_forward_cuda(float *y, float *mask, const float *x, int64_t n, double p,
+                                    uint64_t seed)
+{
+    (void)y, (void)mask, (void)x, (void)n, (void)p, (void)seed;
+    return NO_CUDA("dropout");
+}
+hsi_status hsi_dropout_backward_cuda(float *dx, const float *dy, const float *mask, int64_t n)
+{
+    (void)dx, (void)dy, (void)mask, (void)n;
+    return NO_CUDA("dropout");
+}
 hsi_status hsi_cross_entropy_forward_cuda(float *loss, float *wsum, float *p, const float *z,
                                           const int32_t *target, const float *weight, int64_t n,
                                           int64_t c, double eps, int64_t ignore_index)

@@ -10,6 +10,13 @@
 
 #define OC_THREADS 256
 
+static uint64_t oc_mix64_host(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 /* ------------------------------------------------------------------ ReLU */
 
 __global__ void relu_fwd_kernel(float *y, const float *x, int64_t n)
@@ -41,6 +48,58 @@ extern "C" hsi_status hsi_relu_backward_cuda(float *dx, const float *dy, const f
     if (n <= 0) return HSI_OK;
     relu_bwd_kernel<<<hsi_cu_blocks(n, OC_THREADS), OC_THREADS, 0, hsi_cu_stream()>>>(dx, dy, y, n);
     HSI_CU_LAUNCHED("relu backward (CUDA)");
+    return HSI_OK;
+}
+
+/* --------------------------------------------------------------- dropout */
+
+__device__ __forceinline__ uint64_t oc_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+__global__ void dropout_fwd_kernel(float *y, float *mask, const float *x, int64_t n, double p,
+                                   float keep_scale, uint64_t key)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        double u = (double)(oc_mix64(key + (uint64_t)i * 0x9E3779B97F4A7C15ull) >> 11) * 0x1.0p-53;
+        float m = u < p ? 0.0f : keep_scale;
+        mask[i] = m;
+        y[i] = x[i] * m;
+    }
+}
+
+__global__ void dropout_bwd_kernel(float *dx, const float *dy, const float *mask, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dx[i] += dy[i] * mask[i];
+}
+
+extern "C" hsi_status hsi_dropout_forward_cuda(float *y, float *mask, const float *x, int64_t n,
+                                               double p, uint64_t seed)
+{
+    HSI_CU_TRY(hsi_cuda_require("dropout"));
+    if (!(p >= 0 && p < 1))
+        return hsi_fail(HSI_ERR_ARG, "dropout (CUDA): p must be in [0, 1) (found %g)", p);
+    if (n <= 0) return HSI_OK;
+    dropout_fwd_kernel<<<hsi_cu_blocks(n, OC_THREADS), OC_THREADS, 0, hsi_cu_stream()>>>(
+        y, mask, x, n, p, (float)(1.0 / (1.0 - p)), oc_mix64_host(seed));
+    HSI_CU_LAUNCHED("dropout forward (CUDA)");
+    return HSI_OK;
+}
+
+extern "C" hsi_status hsi_dropout_backward_cuda(float *dx, const float *dy, const float *mask,
+                                                int64_t n)
+{
+    HSI_CU_TRY(hsi_cuda_require("dropout"));
+    if (n <= 0) return HSI_OK;
+    dropout_bwd_kernel<<<hsi_cu_blocks(n, OC_THREADS), OC_THREADS, 0, hsi_cu_stream()>>>(dx, dy,
+                                                                                        mask, n);
+    HSI_CU_LAUNCHED("dropout backward (CUDA)");
     return HSI_OK;
 }
 

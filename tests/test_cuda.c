@@ -1,5 +1,5 @@
 /* test_cuda.c — CPU/GPU parity of every CUDA launcher (kernels/cuda.h,
- * models/layers_cuda.h, pipeline/patches_cuda.h): random data, non-contiguous,
+ * models/layers_cuda.h, models/model_cuda.h, pipeline/patches_cuda.h): random data, non-contiguous,
  * unaligned and byte-swapped views where the API takes views. The CPU code is
  * the reference; each comparison states its tolerance (the real Salinas-A
  * scene is in test_cuda_scene.c). Suites "cuda_*" need a device (inactive
@@ -18,6 +18,8 @@
 #include "kernels/stats.h"
 #include "models/layers.h"
 #include "models/layers_cuda.h"
+#include "models/model_cuda.h"
+#include "models/nn.h"
 #include "models/optim.h"
 #include "models/tensor.h"
 #include "pipeline/patches.h"
@@ -854,3 +856,120 @@ static void test_adam(void)
 HSI_SUITE(cuda_ops, HSI_SUITE_NEEDS_CUDA, {"relu, linear", test_relu_linear},
           {"cross-entropy (weights, smoothing, ignore_index)", test_cross_entropy},
           {"Adam / AdamW steps", test_adam})
+
+/* ------------------------------------------------------- device model */
+
+static void set_dropout(hsi_module *m, double p)
+{
+    if (m->kind == HSI_MOD_DROPOUT) m->p = p;
+    for (int i = 0; i < m->n_children; i++) set_dropout(m->children[i], p);
+}
+
+/* One training step of a model on the GPU (hsi_dmodel) against the CPU
+ * engine from the same initialisation (dropout off on both: the masks come
+ * from different generators): loss to 1e-5, every gradient to 1e-3 of its
+ * tensor's largest, running statistics to 1e-4; after one AdamW step the
+ * parameters within 2.5 lr (Adam's first step is lr * sign(g), so a gradient
+ * near 0 may flip); eval logits of the same parameters to 1e-4. */
+static void model_parity(const char *name, int bands, int patch, int classes, int batch)
+{
+    hsi_module *mc = NULL, *mg = NULL;
+    HSI_CHECK_OK(hsi_model_create(&mc, name, bands, patch, classes, HSI_F32, 5));
+    HSI_CHECK_OK(hsi_model_create(&mg, name, bands, patch, classes, HSI_F32, 5));
+    set_dropout(mc, 0);
+    set_dropout(mg, 0);
+    int64_t xs[5], ys[1] = {batch};
+    int nd = hsi_model_input_shape(name, batch, bands, patch, xs);
+    hsi_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    HSI_CHECK_OK(hsi_tensor_new(&x, HSI_F32, nd, xs, 0));
+    HSI_CHECK_OK(hsi_tensor_new(&y, HSI_I32, 1, ys, 0));
+    int64_t nx = hsi_tensor_count(x);
+    fill_uniform(hsi_tensor_ptr(x), nx, -1, 1);
+    int32_t *yp = hsi_tensor_ptr(y);
+    for (int i = 0; i < batch; i++) yp[i] = (i * 7) % classes;
+    hsi_graph *g = NULL;
+    HSI_CHECK_OK(hsi_graph_new(&g));
+    HSI_CHECK_OK(hsi_module_forward(&logits, mc, g, x));
+    HSI_CHECK_OK(hsi_cross_entropy(&loss, g, logits, y, NULL));
+    float loss_cpu = (float)hsi_tensor_item(loss);
+    HSI_CHECK_OK(hsi_backward(loss, 0));
+
+    hsi_optim_config cfg;
+    hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
+    hsi_dmodel *d = NULL;
+    HSI_CHECK_OK(hsi_dmodel_create(&d, mg, nd - 1, xs + 1, batch, &cfg, 9));
+    CU_ASSERT_EQUAL(hsi_dmodel_classes(d), classes);
+    float *gx = dev_f32(hsi_tensor_ptr(x), nx);
+    int32_t *gy = dev_bytes(yp, sizeof(int32_t) * (size_t)batch);
+    HSI_CHECK_OK(hsi_dmodel_forward_backward(d, gx, gy, batch));
+    double lg = 0;
+    HSI_CHECK_OK(hsi_dmodel_loss(d, &lg));
+    float loss_gpu = (float)lg;
+    close_f32(&loss_gpu, &loss_cpu, 1, 1e-5, 0, "model loss");
+    HSI_CHECK_OK(hsi_dmodel_to_host(d, mg, 1));
+    hsi_named_tensor *sc = NULL, *sg = NULL;
+    int nc = 0, ng = 0;
+    HSI_CHECK_OK(hsi_module_state(mc, &sc, &nc));
+    HSI_CHECK_OK(hsi_module_state(mg, &sg, &ng));
+    CU_ASSERT_EQUAL_FATAL(nc, ng);
+    for (int k = 0; k < nc; k++) {
+        hsi_tensor *a = sg[k].t, *b = sc[k].t;
+        int64_t n = hsi_tensor_count(b);
+        if (b->data.dtype == HSI_I64) {
+            CU_ASSERT_EQUAL(*(int64_t *)hsi_tensor_ptr(a), *(int64_t *)hsi_tensor_ptr(b));
+        } else if (sc[k].is_buffer) {
+            close_f32(hsi_tensor_ptr(a), hsi_tensor_ptr(b), n, 1e-4, 1e-6, sc[k].name);
+        } else {
+            CU_ASSERT_PTR_NOT_NULL_FATAL(a->grad);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(b->grad);
+            close_f32(hsi_tensor_ptr(a->grad), hsi_tensor_ptr(b->grad), n, 1e-3, 0, sc[k].name);
+        }
+    }
+    hsi_optim *o = NULL;
+    HSI_CHECK_OK(hsi_optim_new(&o, &cfg, mc));
+    HSI_CHECK_OK(hsi_optim_step(o));
+    HSI_CHECK_OK(hsi_dmodel_optim_step(d));
+    CU_ASSERT_EQUAL(hsi_dmodel_steps(d), 1);
+    HSI_CHECK_OK(hsi_dmodel_to_host(d, mg, 0));
+    for (int k = 0; k < nc; k++)
+        if (!sc[k].is_buffer)
+            close_f32(hsi_tensor_ptr(sg[k].t), hsi_tensor_ptr(sc[k].t), hsi_tensor_count(sc[k].t), 0,
+                      2.5 * cfg.lr, sc[k].name);
+    /* eval: the GPU's logits equal the CPU engine's with the GPU's parameters */
+    hsi_module_train(mg, 0);
+    int prev = hsi_set_grad_enabled(0);
+    hsi_graph_reset(g);
+    HSI_CHECK_OK(hsi_module_forward(&logits, mg, g, x));
+    hsi_set_grad_enabled(prev);
+    const float *dl = NULL;
+    HSI_CHECK_OK(hsi_dmodel_predict(d, &dl, gx, batch));
+    float *hl = host_of(dl, (int64_t)batch * classes);
+    close_f32(hl, hsi_tensor_ptr(logits), (int64_t)batch * classes, 1e-4, 0, "model eval logits");
+    /* a second training step runs (no allocation needed: the cache serves it) */
+    hsi_cuda_mem_stats m0, m1;
+    hsi_cuda_mem_get(&m0);
+    HSI_CHECK_OK(hsi_dmodel_train_step(d, gx, gy, batch - 1)); /* a short batch too */
+    HSI_CHECK_OK(hsi_cuda_sync());
+    hsi_cuda_mem_get(&m1);
+    CU_ASSERT_EQUAL(m1.n_cuda_malloc, m0.n_cuda_malloc);
+    free(hl);
+    free(sc);
+    free(sg);
+    hsi_optim_free(o);
+    hsi_dmodel_free(d);
+    hsi_cuda_free(gx);
+    hsi_cuda_free(gy);
+    hsi_graph_free(g);
+    hsi_tensor_free(x);
+    hsi_tensor_free(y);
+    hsi_module_free(mc);
+    hsi_module_free(mg);
+}
+
+static void test_model_cnn2d(void) { rng_seed(31); model_parity("cnn2d", 6, 7, 4, 10); }
+static void test_model_hybridsn(void) { rng_seed(32); model_parity("hybridsn", 16, 9, 5, 6); }
+static void test_model_cnn1d(void) { rng_seed(33); model_parity("cnn1d", 20, 1, 3, 8); }
+
+HSI_SUITE(cuda_model, HSI_SUITE_NEEDS_CUDA, {"cnn2d step vs the CPU engine", test_model_cnn2d},
+          {"hybridsn step vs the CPU engine", test_model_hybridsn},
+          {"cnn1d step vs the CPU engine", test_model_cnn1d})

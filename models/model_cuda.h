@@ -1,0 +1,67 @@
+/* model_cuda.h — a module (nn.h) trained on the GPU: its parameters and
+ * buffers are copied to the device once, each step runs forward, softmax
+ * cross-entropy, backward and Adam/AdamW there through the launchers of
+ * layers_cuda.h, and nothing comes back to the host unless asked (the loss
+ * is read when logged; parameters when checkpointing). This is what
+ * `hsi train --device cuda` calls per batch, with the loader's device copy of
+ * the batch. Not the engine: no graph is recorded; the module tree is
+ * flattened into a fixed program at creation.
+ *
+ * Supported modules: sequential, conv (2-D/3-D), batch norm, linear, ReLU,
+ * max/avg pool, global average pool, dropout (its own device mask stream),
+ * flatten, reshape — the cnn2d, hybridsn and cnn1d models. Others give
+ * HSI_ERR_UNSUPPORTED naming the module. Without CUDA or a device every
+ * function returns HSI_ERR_NO_CUDA. */
+#ifndef HSI_MODEL_CUDA_H
+#define HSI_MODEL_CUDA_H
+
+#include <stdint.h>
+
+#include "models/nn.h"
+#include "models/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hsi_dmodel hsi_dmodel;
+
+/* m: a float32 module; sample_ndim/sample_shape: one sample's input shape
+ * (e.g. 3, {K, P, P} for cnn2d; 4, {1, K, P, P} for hybridsn); max_batch:
+ * the largest batch a step will get; cfg: HSI_OPT_ADAM or HSI_OPT_ADAMW
+ * (lr may be changed between steps with hsi_dmodel_set_lr); seed: dropout
+ * masks. Uploads every parameter and buffer; the output must be (classes). */
+hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
+                             const int64_t *sample_shape, int64_t max_batch,
+                             const hsi_optim_config *cfg, uint64_t seed);
+void hsi_dmodel_free(hsi_dmodel *d);
+void hsi_dmodel_set_lr(hsi_dmodel *d, double lr);
+
+/* x: (n, sample shape) float32 DEVICE array; y: (n) int32 DEVICE class
+ * indices (PyTorch's -100 = ignored); n <= max_batch. Zeroes the gradients,
+ * runs forward in training mode (batch statistics; running statistics
+ * updated; dropout on), the mean cross-entropy and backward: gradients stay
+ * on the device. Queued on this thread's stream; no host synchronisation. */
+hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n);
+/* One Adam/AdamW update of every parameter from the last gradients. */
+hsi_status hsi_dmodel_optim_step(hsi_dmodel *d);
+/* forward_backward + optim_step: one training step. */
+hsi_status hsi_dmodel_train_step(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n);
+/* The last step's loss (waits for the stream: call it only when logging). */
+hsi_status hsi_dmodel_loss(hsi_dmodel *d, double *loss);
+/* Eval-mode forward (running statistics, no dropout) of n samples; *logits:
+ * (n, classes) device array owned by d, valid until the next call. */
+hsi_status hsi_dmodel_predict(hsi_dmodel *d, const float **logits, const float *x, int64_t n);
+/* Copies parameters and buffers (running statistics, num_batches_tracked)
+ * back into m's host tensors (m must be the module d was made from, or one
+ * of the same architecture); with_grads: also the gradients into each
+ * parameter's .grad (allocated when absent). Waits for the stream. */
+hsi_status hsi_dmodel_to_host(hsi_dmodel *d, hsi_module *m, int with_grads);
+/* Optimiser steps taken, classes (output features). */
+int64_t hsi_dmodel_steps(const hsi_dmodel *d);
+int hsi_dmodel_classes(const hsi_dmodel *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
