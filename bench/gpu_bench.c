@@ -7,7 +7,8 @@
  * hsi_dmodel (models/model_cuda.h: the nn.c models, dropout included), plus
  * the loss before and after the timed steps on the fixed batch (it must
  * fall) and the cudaMalloc calls in the timed steps (must be 0), and
- * the same models trained by the CPU engine (all cores) for the ratio.
+ * the same models trained by the CPU engine (all cores) for the ratio; a
+ * device-resident cnn2d epoch (patch extraction on the GPU + step).
  * Not a test and not the engine. Built and run by bench/gpu_check.sh:
  *     gpu_bench [--mib 400] [--batch 128] [--bands 30] [--patch 11] [--classes 16] [--steps 20]
  *               [--cpu-steps 5] (0: no CPU engine run) [--cpu-only 1] (no GPU part) */
@@ -28,6 +29,7 @@
 #include "models/nn.h"
 #include "models/optim.h"
 #include "models/tensor.h"
+#include "pipeline/patches_cuda.h"
 
 #include <cblas.h>
 
@@ -274,6 +276,80 @@ static void bench_model(FILE *js, const char *name, int batch, int bands, int pa
     hsi_module_free(m);
 }
 
+/* A device-resident epoch: a float32 (K, 512, 512) cube on the device, the
+ * pixels and labels of the epoch uploaded once, and per batch
+ * hsi_patches_extract_cuda (mirror padding, flips and rotations) then
+ * hsi_dmodel_train_step: no host transfer or synchronisation per batch. */
+static void bench_pipeline(FILE *js, int batch, int bands, int patch, int classes, int steps)
+{
+    int64_t L = 512, S = 512, nc = (int64_t)bands * L * S, n = (int64_t)batch * steps;
+    float *h = malloc(sizeof(float) * (size_t)nc);
+    for (int64_t i = 0; i < nc; i++) h[i] = frand();
+    hsi_buffer *cb = NULL;
+    CHECK(hsi_cuda_buffer(&cb, sizeof(float) * (size_t)nc));
+    CHECK(hsi_cuda_upload(cb->data, h, sizeof(float) * (size_t)nc));
+    hsi_view cube;
+    int64_t shape[3] = {bands, L, S};
+    CHECK(hsi_view_make_packed(&cube, cb, 0, HSI_F32, 3, shape));
+    hsi_buffer_release(cb);
+    int64_t *px = malloc(sizeof(int64_t) * (size_t)n);
+    int32_t *lab = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        px[i] = (int64_t)((frand() + 1) * 0.5 * (double)(L * S - 1));
+        lab[i] = (int32_t)(i % classes);
+    }
+    int64_t *dpx = dmalloc(sizeof(int64_t) * (size_t)n);
+    int32_t *dlab = dmalloc(sizeof(int32_t) * (size_t)n);
+    CHECK(hsi_cuda_upload(dpx, px, sizeof(int64_t) * (size_t)n));
+    CHECK(hsi_cuda_upload(dlab, lab, sizeof(int32_t) * (size_t)n));
+    hsi_module *m = NULL;
+    hsi_dmodel *d = NULL;
+    CHECK(hsi_model_create(&m, "cnn2d", bands, patch, classes, HSI_F32, 1));
+    int64_t xs[5];
+    int nd = hsi_model_input_shape("cnn2d", batch, bands, patch, xs);
+    hsi_optim_config cfg;
+    hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
+    CHECK(hsi_dmodel_create(&d, m, nd - 1, xs + 1, batch, &cfg, 1));
+    float *x = dmalloc(sizeof(float) * (size_t)batch * bands * patch * patch);
+    hsi_augment aug = {.flips = 1, .rotations = 1};
+    for (int i = 0; i < 2; i++) { /* warm-up */
+        CHECK(hsi_patches_extract_cuda(x, &cube, patch, HSI_PAD_MIRROR, &aug, dpx, batch, 1, i));
+        CHECK(hsi_dmodel_train_step(d, x, dlab, batch));
+    }
+    CHECK(hsi_cuda_sync());
+    double t = hsi_now(), tp = 0;
+    for (int i = 0; i < steps; i++) {
+        CHECK(hsi_patches_extract_cuda(x, &cube, patch, HSI_PAD_MIRROR, &aug, dpx + (int64_t)i * batch,
+                                       batch, 1, (uint64_t)i));
+        CHECK(hsi_dmodel_train_step(d, x, dlab + (int64_t)i * batch, batch));
+    }
+    CHECK(hsi_cuda_sync());
+    t = hsi_now() - t;
+    /* patch extraction alone */
+    tp = hsi_now();
+    for (int i = 0; i < steps; i++)
+        CHECK(hsi_patches_extract_cuda(x, &cube, patch, HSI_PAD_MIRROR, &aug, dpx + (int64_t)i * batch,
+                                       batch, 1, (uint64_t)i));
+    CHECK(hsi_cuda_sync());
+    tp = hsi_now() - tp;
+    double loss = 0;
+    CHECK(hsi_dmodel_loss(d, &loss));
+    fprintf(stderr, "cnn2d device-resident epoch (patches + step): %.0f samples/s; patches alone "
+                    "%.0f samples/s; last loss %.4f\n",
+            (double)n / t, (double)n / tp, loss);
+    fprintf(js, "  \"cnn2d_device_epoch_samples_per_s\": %.1f,\n  \"gpu_patches_samples_per_s\": %.1f,\n",
+            (double)n / t, (double)n / tp);
+    hsi_cuda_free(x);
+    hsi_cuda_free(dpx);
+    hsi_cuda_free(dlab);
+    hsi_dmodel_free(d);
+    hsi_module_free(m);
+    hsi_view_release(&cube);
+    free(px);
+    free(lab);
+    free(h);
+}
+
 /* The CPU engine's step (as `hsi bench model`): same model, batch, AdamW. */
 static void bench_model_cpu(FILE *js, const char *name, int batch, int bands, int patch,
                             int classes, int steps)
@@ -367,6 +443,7 @@ int main(int argc, char **argv)
         bench_model_cpu(js, "cnn2d", batch, bands, patch, classes, cpu_steps);
         bench_model_cpu(js, "hybridsn", batch, bands, patch, classes, cpu_steps);
     }
+    bench_pipeline(js, batch, bands, patch, classes, steps);
     bench_model(js, "cnn2d", batch, bands, patch, classes, steps, 0);
     bench_model(js, "hybridsn", batch, bands, patch, classes, steps, 1);
     fprintf(js, "}\n");

@@ -119,7 +119,8 @@ for k in ("device", "h2d_pinned_gbps", "h2d_pageable_gbps", "device_memcpy_gbps"
           "gpu_stats_device_bsq_gbps", "gpu_stats_device_bip_gbps",
           "gpu_fused_device_bsq_in_gbps", "gpu_fused_device_bip_in_gbps",
           "gpu_fused_device_bsq_inout_gbps", "gpu_fused_device_bip_inout_gbps",
-          "gpu_fused_host_to_host_gbps", "cpu_fused_gbps", "fused_gpu_cpu_max_abs_diff_rel"):
+          "gpu_fused_host_to_host_gbps", "cpu_fused_gbps", "fused_gpu_cpu_max_abs_diff_rel",
+          "gpu_patches_samples_per_s", "cnn2d_device_epoch_samples_per_s"):
     if k in g:
         print("  %-34s %s" % (k, g[k]))
 if "device_memcpy_gbps" in g:

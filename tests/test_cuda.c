@@ -295,8 +295,23 @@ static void test_stats_layouts(void)
     hsi_view_release(&mask);
 }
 
-/* A cube already on the device, read in place; a reversed (negative
- * stride) host view goes through the packed-copy path. */
+/* The raw bytes of a host cube view copied to the device with the same
+ * offset, strides and byte order (an odd offset makes unaligned elements). */
+static hsi_view raw_to_device(const hsi_view *v)
+{
+    hsi_buffer *db = NULL;
+    hsi_view out;
+    HSI_CHECK_OK(hsi_cuda_buffer(&db, v->buf->size));
+    HSI_CHECK_OK(hsi_cuda_upload(db->data, v->buf->data, v->buf->size));
+    HSI_CHECK_OK(hsi_view_make(&out, db, v->offset, v->dtype, v->ndim, v->shape, v->strides,
+                               v->swapped));
+    hsi_buffer_release(db);
+    return out;
+}
+
+/* A cube already on the device, read in place (also unaligned and
+ * byte-swapped); a reversed (negative stride) host view goes through the
+ * packed-copy path. */
 static void test_stats_device_and_reversed(void)
 {
     hsi_view v = make_cube(5, 20, 30, HSI_U16, BSQ, 0, 0, 77), dv, rev;
@@ -307,6 +322,18 @@ static void test_stats_device_and_reversed(void)
     hsi_test_cuda_check_stats(&got, &want, "stats device cube");
     hsi_stats_free(&got);
     hsi_stats_free(&want);
+    for (int k = 0; k < 2; k++) {
+        hsi_view h = make_cube(4, 9, 13, k ? HSI_F32 : HSI_I16, k ? BIP : BIL, 1, 1, 78 + k);
+        hsi_view hd = raw_to_device(&h);
+        hsi_stats_opts o = {.has_ignore = 1, .ignore_value = 0, .tile_lines = 4};
+        HSI_CHECK_OK(hsi_stats_compute_ref(&want, &h, &o));
+        HSI_CHECK_OK(hsi_stats_compute_cuda(&got, &hd, &o));
+        hsi_test_cuda_check_stats(&got, &want, "stats unaligned swapped device cube");
+        hsi_stats_free(&got);
+        hsi_stats_free(&want);
+        hsi_view_release(&hd);
+        hsi_view_release(&h);
+    }
     int64_t rst[3] = {v.strides[0], -v.strides[1], v.strides[2]};
     HSI_CHECK_OK(hsi_view_make(&rev, v.buf, v.offset + 19 * v.strides[1], v.dtype, 3, v.shape, rst,
                                v.swapped));
@@ -414,8 +441,9 @@ static void test_fused_layouts(void)
 
 static void test_fused_device_cube(void)
 {
-    hsi_view v = make_cube(8, 16, 19, HSI_F32, BIP, 0, 0, 91), dv;
-    HSI_CHECK_OK(hsi_cuda_view_to_device(&dv, &v, HSI_DT_INVALID));
+    /* unaligned, byte-swapped, pixel-major raw bytes on the device */
+    hsi_view v = make_cube(8, 16, 19, HSI_F32, BIP, 1, 1, 91);
+    hsi_view dv = raw_to_device(&v);
     hsi_stats s;
     HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
     hsi_norm nm;
