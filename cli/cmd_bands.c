@@ -23,6 +23,7 @@ static const char usage[] =
     "                     max-variance band, then each time the band with the\n"
     "                     largest variance left after projecting out the picked ones\n"
     "  --drop-bbl         leave out bands the header's bbl marks bad\n"
+    "--select, --wavelengths and --drop-bbl also restrict what --rank/--opbs choose from.\n"
     "  --mask LABELS      compute variances/covariance on labelled pixels only\n"
     "Prints one line per band (1-based index, wavelength, score) and, last, the\n"
     "selection as a spec for --bands.\n";
@@ -65,8 +66,7 @@ static int run_bands(int argc, char **argv)
         }
     }
     if (!in) return hsi_cli_usage_error(cmd, "needs an input cube");
-    if (!!spec + !!wls + !!rank + !!opbs > 1 && !(spec && wls && !rank && !opbs))
-        return hsi_cli_usage_error(cmd, "give one of --select/--wavelengths, --rank, --opbs");
+    if (rank && opbs) return hsi_cli_usage_error(cmd, "give --rank or --opbs, not both");
     if (!spec && !wls && !rank && !opbs && !drop_bbl)
         return hsi_cli_usage_error(cmd, "give --select, --wavelengths, --rank, --opbs or --drop-bbl");
 
