@@ -33,20 +33,35 @@ static void conv_geom_fill(conv_geom *g, const hsi_conv_dims *d)
     g->IS = g->ID * g->IH * g->IW;
 }
 
-/* samples per workspace chunk: columns of at most 256 MiB, at least 1 */
+/* samples per workspace chunk: columns and weight-gradient parts of at most
+ * 256 MiB, at least 1 */
 static int64_t conv_chunk(const conv_geom *g, int64_t n)
 {
-    int64_t per = g->CK * g->OS;
+    int64_t per = g->CK * g->OS + g->K * g->CK;
     int64_t c = ((int64_t)64 << 20) / (per > 0 ? per : 1);
     if (c < 1) c = 1;
     return c < n ? c : n;
 }
 
+/* workspace: the columns (chunk, CK, OS), then per-sample weight gradients
+ * (chunk, K, CK) summed in a second pass */
 extern "C" size_t hsi_conv_workspace_bytes_cuda(const hsi_conv_dims *d)
 {
     conv_geom g;
     conv_geom_fill(&g, d);
-    return sizeof(float) * (size_t)(conv_chunk(&g, d->n) * g.CK * g.OS);
+    int64_t c = conv_chunk(&g, d->n);
+    return sizeof(float) * (size_t)(c * g.CK * g.OS + c * g.K * g.CK);
+}
+
+/* dw[i] += sum over the nc per-sample gradients part[n * len + i], in order */
+__global__ void sum_parts_kernel(float *dw, const float *part, int64_t len, int64_t nc)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        double acc = 0;
+        for (int64_t n = 0; n < nc; n++) acc += part[n * len + i];
+        dw[i] += (float)acc;
+    }
 }
 
 /* col: (nc, CK, OS) from x samples n0.. : col[(n*CK + ck)*OS + o] */
@@ -209,12 +224,17 @@ extern "C" hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, co
             im2col_kernel<<<hsi_cu_blocks(tot, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
                 col, x + n0 * g.C * g.IS, g, nc);
             HSI_CU_LAUNCHED("conv backward (CUDA): im2col");
-            /* dw (CK x K col-major, ld CK) += col_n^T (CK x OS) * dy_n (OS x K) */
-            for (int64_t n = 0; n < nc; n++)
-                HSI_CUBLAS_RET(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)g.CK, (int)g.K,
-                                           (int)g.OS, &one, col + n * g.CK * g.OS, (int)g.OS,
-                                           dyc + n * g.K * g.OS, (int)g.OS, &one, dw, (int)g.CK),
-                               what);
+            /* per sample: part_n (CK x K col-major, ld CK) = col_n^T (CK x OS) * dy_n (OS x K),
+             * one batched call; then dw += the sum over the samples */
+            float *part = col + chunk * g.CK * g.OS;
+            HSI_CUBLAS_RET(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)g.CK, (int)g.K,
+                                                     (int)g.OS, &one, col, (int)g.OS, g.CK * g.OS,
+                                                     dyc, (int)g.OS, g.K * g.OS, &zero, part,
+                                                     (int)g.CK, g.CK * g.K, (int)nc),
+                           what);
+            sum_parts_kernel<<<hsi_cu_blocks(g.CK * g.K, LC_THREADS), LC_THREADS, 0,
+                               hsi_cu_stream()>>>(dw, part, g.CK * g.K, nc);
+            HSI_CU_LAUNCHED("conv backward (CUDA): weight gradient sum");
         }
         if (dx) {
             /* dcol_n (OS x CK, ld OS) = dy_n (OS x K, ld OS) * w^T (K x CK) */

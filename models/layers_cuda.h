@@ -23,8 +23,9 @@ extern "C" {
 
 /* ------------------------------------------------------------ convolution */
 
-/* Device workspace bytes for hsi_conv_*_cuda (im2col columns of up to
- * 256 MiB worth of samples at a time, at least one sample). */
+/* Device workspace bytes for hsi_conv_*_cuda: im2col columns and
+ * per-sample weight gradients for up to 256 MiB worth of samples at a time
+ * (at least one sample). */
 size_t hsi_conv_workspace_bytes_cuda(const hsi_conv_dims *d);
 /* x: (N, C, [D,] H, W); w: (K, C, [kD,] kH, kW); b: (K) or NULL;
  * y: (N, K, [oD,] oH, oW). im2col + cuBLAS sgemm (batched over the
@@ -32,7 +33,9 @@ size_t hsi_conv_workspace_bytes_cuda(const hsi_conv_dims *d);
  * device bytes. */
 hsi_status hsi_conv_forward_cuda(float *y, const float *x, const float *w, const float *b,
                                  const hsi_conv_dims *d, void *ws);
-/* dx (shape of x), dw (shape of w), db (K) accumulate; each may be NULL. */
+/* dx (shape of x), dw (shape of w), db (K) accumulate; each may be NULL.
+ * dw: one batched sgemm for the per-sample products, summed in double in
+ * sample order (deterministic). */
 hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, const float *dy,
                                   const float *x, const float *w, const hsi_conv_dims *d,
                                   void *ws);
