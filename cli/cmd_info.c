@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "io/cube.h"
 #include "io/envi.h"
+#include "io/labels.h"
 
 static void print_range_list(FILE *fp, const int *bbl, int64_t n)
 {
@@ -190,17 +191,45 @@ static cJSON *meta_json(const hsi_meta *m, const hsi_cube *c)
     return o;
 }
 
-static void emit(const hsi_meta *m, const hsi_cube *c, int json, const char *error)
+/* A one-band integer cube is shown as a label map too: pixels per class. */
+static int is_label_map(const hsi_cube *c)
+{
+    return c && c->view.ndim == 3 && c->view.shape[0] == 1 && !hsi_dtype_is_float(c->view.dtype) &&
+           !hsi_dtype_is_complex(c->view.dtype);
+}
+
+static void emit(const hsi_meta *m, const hsi_cube *c, int json, const char *error,
+                 const hsi_labels *lab)
 {
     if (json) {
         cJSON *o = meta_json(m, c);
         if (error) cJSON_AddStringToObject(o, "error", error);
+        if (lab) {
+            cJSON *cl = cJSON_AddObjectToObject(o, "classes");
+            for (int k = 1; k < lab->n_classes; k++) {
+                if (!lab->counts[k]) continue;
+                char id[16];
+                snprintf(id, sizeof id, "%d", k);
+                cJSON_AddNumberToObject(cl, id, (double)lab->counts[k]);
+            }
+            cJSON_AddNumberToObject(o, "labelled_pixels", (double)hsi_labels_n_labelled(lab));
+            cJSON_AddNumberToObject(o, "unlabelled_pixels", (double)lab->counts[0]);
+        }
         char *s = cJSON_Print(o);
         if (s) puts(s);
         free(s);
         cJSON_Delete(o);
     } else {
         print_text(m, c, stdout);
+        if (lab) {
+            printf("class counts:  %lld labelled, %lld unlabelled;", (long long)hsi_labels_n_labelled(lab),
+                   (long long)lab->counts[0]);
+            for (int k = 1; k < lab->n_classes; k++)
+                if (lab->counts[k])
+                    printf(" %d%s%s: %lld", k, lab->names && lab->names[k] ? " " : "",
+                           lab->names && lab->names[k] ? lab->names[k] : "", (long long)lab->counts[k]);
+            putchar('\n');
+        }
     }
 }
 
@@ -232,7 +261,11 @@ static int info_run(int argc, char **argv)
     hsi_cube_init(&c);
     hsi_status st = hsi_cube_open(&c, path, &opt);
     if (st == HSI_OK) {
-        emit(&c.meta, &c, json, NULL);
+        hsi_labels lab;
+        hsi_labels_init(&lab);
+        int have_lab = is_label_map(&c) && hsi_labels_open(&lab, path, opt.var) == HSI_OK;
+        emit(&c.meta, &c, json, NULL, have_lab ? &lab : NULL);
+        hsi_labels_free(&lab);
         hsi_cube_free(&c);
         return HSI_EXIT_OK;
     }
@@ -244,7 +277,7 @@ static int info_run(int argc, char **argv)
     hsi_meta_init(&m);
     if (hsi_envi_read_header(&m, path) == HSI_OK) {
         if (!m.format) m.format = strdup("envi");
-        emit(&m, NULL, json, err);
+        emit(&m, NULL, json, err, NULL);
     }
     hsi_meta_free(&m);
     fprintf(stderr, "hsi info: %s\n", err);

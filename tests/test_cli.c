@@ -101,6 +101,27 @@ static void test_info_json(void)
     HSI_ASSERT_NEAR(cJSON_GetArrayItem(wl, 0)->valuedouble, 400.0, 1e-9);
     HSI_ASSERT_NEAR(cJSON_GetArrayItem(wl, 127)->valuedouble, 2500.0, 1e-9);
     cJSON_Delete(j);
+    /* a label map: pixels per class, counted here from the raw file */
+    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " info data_samples/scene_gt.hdr --json"), 0);
+    j = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    cJSON *cl = cJSON_GetObjectItem(j, "classes");
+    char *raw = NULL;
+    size_t n = 0;
+    HSI_CHECK_OK(hsi_read_file("data_samples/scene_gt", &raw, &n));
+    CU_ASSERT_EQUAL(n, 96 * 96);
+    int64_t counts[9] = {0};
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)raw[i] < 9) counts[(unsigned char)raw[i]]++;
+    free(raw);
+    for (int k = 1; k < 9; k++) {
+        char id[4];
+        snprintf(id, sizeof id, "%d", k);
+        cJSON *e = cJSON_GetObjectItem(cl, id);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+        CU_ASSERT_EQUAL((int64_t)e->valuedouble, counts[k]);
+    }
+    cJSON_Delete(j);
 }
 
 static void test_info_missing_data(void)
