@@ -191,11 +191,13 @@ static cJSON *meta_json(const hsi_meta *m, const hsi_cube *c)
     return o;
 }
 
-/* A one-band integer cube is shown as a label map too: pixels per class. */
+/* A classification file (declared as such, or carrying class names) is
+ * shown as a label map too: pixels per class. */
 static int is_label_map(const hsi_cube *c)
 {
     return c && c->view.ndim == 3 && c->view.shape[0] == 1 && !hsi_dtype_is_float(c->view.dtype) &&
-           !hsi_dtype_is_complex(c->view.dtype);
+           !hsi_dtype_is_complex(c->view.dtype) &&
+           (c->meta.file_kind == HSI_FILE_CLASSIFICATION || c->meta.n_classes > 0);
 }
 
 static void emit(const hsi_meta *m, const hsi_cube *c, int json, const char *error,
