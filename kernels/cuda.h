@@ -107,9 +107,10 @@ hsi_status hsi_stats_compute_cuda(hsi_stats *out, const hsi_view *cube,
  * strides) -> fill ignored/NaN -> per-band affine -> optional per-pixel L2
  * -> minus the PCA mean -> projection by cuBLAS sgemm on the whitened
  * components, in float32. cube: host/mmap/pinned view (each tile of
- * opts->tile_lines lines, 0 = 256, is copied raw through two pinned staging
- * buffers so the copy of tile t+1 overlaps the work on tile t) or a device
- * view (read in place). out: (n_out, lines, samples) or, with
+ * opts->tile_lines lines, 0 = about 64 MiB of raw input, is copied raw
+ * through two pinned staging buffers so that packing tile t+1 on the host
+ * overlaps the GPU's work on tile t) or a device view (read in place; 0 =
+ * one tile). out: (n_out, lines, samples) or, with
  * opts->pixel_major, (lines, samples, n_out) packed float32; a device
  * pointer when out_on_device, else host memory (NULL with opts->sink: tiles
  * go to the sink in line order, from the calling thread). opts->n_threads

@@ -163,7 +163,9 @@ typedef struct hsi_cu_tiler {
     int64_t pitch;             /* mode 2: bytes per band row on the device */
 } hsi_cu_tiler;
 
-/* tile_lines 0: as many lines as fit 64 MiB per slot (at least 1). */
+/* tile_lines 0: a host cube takes as many lines as fit 64 MiB per slot
+ * (all lines when lines are its fastest axis); a device cube as many as
+ * make 64 Mi band-pixel elements (the callers' float scratch). */
 hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile_lines);
 /* Makes lines [l0, l1) available on the device in slot `slot` (waits
  * until that slot's previous copy is done, packs on the host, copies

@@ -55,16 +55,30 @@ hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile
     T->on_device = cube->buf->kind == HSI_BUF_DEVICE;
     if (T->on_device) {
         T->mode = 0;
-        T->tile_lines = tile_lines > 0 ? tile_lines : (L > 0 ? L : 1);
+        if (tile_lines <= 0) { /* bounds the callers' float scratch to 64 Mi elements */
+            int64_t per = cube->shape[0] * cube->shape[2];
+            tile_lines = ((int64_t)64 << 20) / (per > 0 ? per : 1);
+            if (tile_lines < 1) tile_lines = 1;
+        }
+        if (tile_lines > L) tile_lines = L > 0 ? L : 1;
+        T->tile_lines = tile_lines;
         T->n_tiles = (L + T->tile_lines - 1) / T->tile_lines;
         return HSI_OK;
     }
     T->mode = host_mode(cube);
-    if (tile_lines <= 0) {
+    int auto_lines = tile_lines <= 0;
+    if (auto_lines) {
         int64_t pitch, one = (int64_t)tile_bytes(cube, T->mode, 1, &pitch);
         int64_t per = one > 0 ? one : 1;
         tile_lines = ((int64_t)64 << 20) / per;
         if (tile_lines < 1) tile_lines = 1;
+    }
+    if (T->mode == 2 && auto_lines) {
+        /* lines are the fast axis (a column-major .mat cube): every tile's
+         * rows would span most of each band plane, so one tile takes all */
+        int64_t pitch, one = (int64_t)tile_bytes(cube, 2, 1, &pitch);
+        int64_t all = (int64_t)tile_bytes(cube, 2, L > 0 ? L : 1, &pitch);
+        if (one * 4 > all) tile_lines = L;
     }
     if (tile_lines > L) tile_lines = L > 0 ? L : 1;
     T->tile_lines = tile_lines;

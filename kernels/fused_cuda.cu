@@ -130,7 +130,7 @@ static hsi_status fused_main(fused_state *F, float *out, int out_dev, const hsi_
         free(W);
         if (st != HSI_OK) return st;
     }
-    HSI_CU_TRY(hsi_cu_tiler_init(&F->T, cube, o->tile_lines > 0 ? o->tile_lines : 256));
+    HSI_CU_TRY(hsi_cu_tiler_init(&F->T, cube, o->tile_lines));
     int64_t tl = F->T.tile_lines, tpix = tl * S;
     if (pca) HSI_CU_TRY(hsi_cuda_malloc((void **)&F->X_d, sizeof(float) * (size_t)(nb * tpix)));
     if (!out_dev)
@@ -235,8 +235,7 @@ extern "C" hsi_status hsi_fused_run_cuda(float *out, int out_on_device, const hs
     if (o->sink && out_on_device)
         return hsi_fail(HSI_ERR_ARG, "fused pass (CUDA): a sink takes host tiles; out_on_device "
                                      "must be 0");
-    int64_t tl = o->tile_lines > 0 ? o->tile_lines : 256;
-    if (tl * cube->shape[2] > INT32_MAX / 2 || cube->shape[1] * cube->shape[2] > INT32_MAX / 2)
+    if (cube->shape[1] * cube->shape[2] > INT32_MAX / 2)
         return hsi_fail(HSI_ERR_UNSUPPORTED,
                         "fused pass (CUDA): %lld x %lld pixels exceed cuBLAS's int dimensions",
                         (long long)cube->shape[1], (long long)cube->shape[2]);
