@@ -83,6 +83,18 @@ if [ $rc_build -eq 0 ]; then
 fi
 echo "tests exit status: $rc_tests"
 
+# ---- 1b. the kernels under compute-sanitizer memcheck (out-of-bounds and
+# misaligned accesses, launch errors), when the tool is there and time allows
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+    /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1 || true)
+if [ $rc_build -eq 0 ] && [ -n "$SAN" ] && [ $(( $(date +%s) - t_start )) -lt 240 ]; then
+    echo "== compute-sanitizer memcheck (90 s at most)"
+    timeout 90 "$SAN" --tool memcheck --error-exitcode 9 "${TESTS[0]}" cuda_mem cuda_stats \
+        cuda_patches cuda_layers cuda_ops cuda_model > "$O/memcheck.log" 2>&1
+    echo "memcheck exit status: $? (0 clean, 9 errors found, 124 timed out)"
+    grep -E "ERROR SUMMARY|Invalid|out of bounds|misaligned" "$O/memcheck.log" | sort | uniq -c | head -20
+fi
+
 # ---- 2. hsi's GPU figures
 echo "== gpu_bench"
 rc_bench=1
