@@ -52,7 +52,8 @@ static const char train_usage[] =
     "  --weight-decay X (1e-4)  --patience N (15; early stop on validation OA, 0 = off)\n"
     "  --no-augment        no flips/rotations\n"
     "  --seed N (1)  --workers N (1)  --prefetch N (2)  --threads N (BLAS threads)\n"
-    "  --device cpu|cuda|auto   (auto: cpu; GPU training is not implemented yet)\n"
+    "  --device cpu|cuda|auto   cuda: training steps on the GPU (validation, maps and\n"
+    "                      checkpoints on the host; not yet run on a real GPU); auto: cpu\n"
     "  --resume            continue from DIR/train_state.safetensors\n"
     "  --quiet             no progress lines\n";
 

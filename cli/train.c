@@ -22,7 +22,9 @@
 #include "kcli.h"
 #include "kernels/fused.h"
 #include "kernels/pca.h"
+#include "kernels/cuda.h"
 #include "models/checkpoint.h"
+#include "models/model_cuda.h"
 #include "models/nn.h"
 #include "models/optim.h"
 #include "models/tensor.h"
@@ -482,6 +484,30 @@ cleanup:
     return st;
 }
 
+/* One epoch on the GPU: the loader has already copied each batch to the
+ * device on its own stream; the step runs there with no host sync; the loss
+ * of the last step is read once per epoch. */
+static hsi_status train_epoch_cuda(hsi_dmodel *dm, const hsi_optim *opt, hsi_loader *ld,
+                                   double *loss_out, int64_t *n_out, prof_acc *pa)
+{
+    hsi_status st = HSI_OK;
+    int64_t seen = 0;
+    double t0 = hsi_now();
+    hsi_dmodel_set_lr(dm, opt->cfg.lr);
+    for (;;) {
+        hsi_batch *b = NULL;
+        HSI_TRY(hsi_loader_next(ld, &b));
+        if (!b) break;
+        HSI_TRY(hsi_dmodel_train_step(dm, b->x_dev, b->y_dev, b->n));
+        seen += b->n;
+    }
+    HSI_TRY(hsi_dmodel_loss(dm, loss_out)); /* waits for the stream */
+    *n_out = seen;
+    pa->fwd += hsi_now() - t0; /* forward+backward+update are not separated on the device */
+cleanup:
+    return st;
+}
+
 static hsi_status eval_role(hsi_metrics *m, hsi_module *net, const hsi_train_config *c,
                             const hsi_patcher *pt, const hsi_split *sp, int role, int n_features,
                             hsi_graph *g, hsi_train_profile *prof)
@@ -537,6 +563,7 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
     hsi_view fc, mask;
     hsi_patcher pt;
     hsi_loader *ld = NULL;
+    hsi_dmodel *dm = NULL;
     hsi_optim *opt = NULL;
     hsi_graph *g = NULL;
     hsi_metrics mt;
@@ -568,9 +595,11 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
         return HSI_FAIL(HSI_ERR_NO_CUDA, "--device cuda: %s",
                         hsi_cuda_built() ? "no CUDA device is present on this machine"
                                          : "this hsi was built without CUDA");
-    if (!strcasecmp(c.device, "cuda"))
+    const int on_gpu = !strcasecmp(c.device, "cuda");
+    if (on_gpu && c.resume)
         return HSI_FAIL(HSI_ERR_UNSUPPORTED,
-                        "--device cuda: training on the GPU is not implemented yet; use --device cpu");
+                        "--resume with --device cuda: the optimiser state lives on the device and "
+                        "is not checkpointed yet; resume with --device cpu");
     if (strcasecmp(c.device, "cpu") && strcasecmp(c.device, "auto"))
         return HSI_FAIL(HSI_ERR_ARG, "--device expects cpu, cuda or auto (got '%s')", c.device);
     HSI_TRY(make_dir(c.out_dir));
@@ -761,7 +790,15 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
     lp.first_epoch = first_epoch;
     lp.fill = hsi_patch_fill;
     lp.ctx = &ds;
+    lp.device_copy = on_gpu;
     HSI_TRY(hsi_loader_create(&ld, &lp));
+    if (on_gpu) {
+        int64_t ishape[5];
+        int nd = hsi_model_input_shape(c.model, 1, p.n_features, c.patch, ishape);
+        HSI_TRY(hsi_cuda_require("hsi train --device cuda"));
+        HSI_TRY(hsi_dmodel_create(&dm, p.net, nd - 1, ishape + 1, c.batch, &oc, c.seed));
+        say(&c, "device: CUDA (batches copied on the loader's stream; validation on the host)\n");
+    }
     HSI_TRY(hsi_graph_new(&g));
 
     /* ---- epochs */
@@ -774,7 +811,13 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
     for (epoch = first_epoch; epoch < c.epochs; epoch++) {
         double te = hsi_now(), loss = 0, acc = 0;
         int64_t n_seen = 0;
-        HSI_TRY(train_epoch(p.net, opt, ld, g, &c, p.n_features, &loss, &acc, &n_seen, &pa));
+        if (on_gpu) {
+            HSI_TRY(train_epoch_cuda(dm, opt, ld, &loss, &n_seen, &pa));
+            HSI_TRY(hsi_dmodel_to_host(dm, p.net, 0)); /* validation and checkpoints on the host */
+            acc = NAN;
+        } else {
+            HSI_TRY(train_epoch(p.net, opt, ld, g, &c, p.n_features, &loss, &acc, &n_seen, &pa));
+        }
         samples_total += n_seen;
         double dt = hsi_now() - te;
         double val_oa = acc;
@@ -808,7 +851,7 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
             char rs[160];
             snprintf(rs, sizeof rs, "{\"best_val\": %.17g, \"best_epoch\": %d, \"since_best\": %d}",
                      best_val, best_epoch, since_best);
-            HSI_TRY(hsi_train_save(p_state, p.net, opt, &sched, epoch + 1, rs));
+            if (!on_gpu) HSI_TRY(hsi_train_save(p_state, p.net, opt, &sched, epoch + 1, rs));
         }
         if (c.patience > 0 && have_val && since_best >= c.patience) {
             say(&c, "early stop: no validation improvement for %d epochs\n", c.patience);
@@ -974,6 +1017,7 @@ cleanup:
     free(map);
     hsi_graph_free(g);
     hsi_loader_destroy(ld);
+    hsi_dmodel_free(dm);
     hsi_optim_free(opt);
     if (have_patcher) hsi_patcher_free(&pt);
     hsi_view_release(&fc);
