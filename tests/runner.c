@@ -7,6 +7,8 @@
 #include <CUnit/Basic.h>
 #include <dirent.h>
 #include <ftw.h>
+#include <stdarg.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,6 +75,26 @@ const char *hsi_test_tmp(const char *name)
     char *p = buf[slot++ & 7];
     snprintf(p, 4096, "%s/%s", hsi_test_tmpdir(), name);
     return p;
+}
+
+int hsi_test_run(char *out, size_t n, const char *fmt, ...)
+{
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = 0;
+    /* drain what did not fit so the command is not killed by SIGPIPE */
+    char sink[4096];
+    while (fread(sink, 1, sizeof sink, p) > 0) {
+    }
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 static int cmp_suite(const void *a, const void *b)

@@ -65,6 +65,13 @@ const char *hsi_test_tmp(const char *name);
         }                                                                      \
     } while (0)
 
+/* The hsi binary the suite runs (make test builds it first). */
+#define HSI_BIN "./build/hsi"
+/* Runs a shell command (printf format), captures stdout+stderr into out
+ * (NUL-terminated, cut at n - 1 bytes) and returns its exit status (-1 when
+ * it could not run or was killed). */
+int hsi_test_run(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #define HSI_ASSERT_NEAR(a, b, tol) CU_ASSERT_DOUBLE_EQUAL((a), (b), (tol))
 
 #endif

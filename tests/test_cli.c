@@ -10,24 +10,6 @@
 #include "io/envi.h"
 #include "test.h"
 
-#define HSI_BIN "./build/hsi"
-
-/* Runs a shell command, captures stdout+stderr (first 64 KiB) into out. */
-static int run(char *out, size_t n, const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t got = fread(out, 1, n - 1, p);
-    out[got] = 0;
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static int same_file(const char *a, const char *b)
 {
@@ -44,27 +26,27 @@ static char out[1 << 16];
 
 static void test_help(void)
 {
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " --help"), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " --help"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "info"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "convert"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " help convert"), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " help convert"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--interleave"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " frobnicate"), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " frobnicate"), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "unknown command"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " convert only-one-arg.hdr"), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert only-one-arg.hdr"), 2);
 }
 
 static void test_synth_reproduces_samples(void)
 {
     const char *base = hsi_test_tmp("synth");
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " synth %s --seed 42", base), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " synth %s --seed 42", base), 0);
     char a[4096], b[4096];
     snprintf(a, sizeof a, "%s.img", base);
     CU_ASSERT(same_file(a, "data_samples/scene.img"));
     snprintf(a, sizeof a, "%s_gt", base);
     CU_ASSERT(same_file(a, "data_samples/scene_gt"));
     /* another seed gives another scene */
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " synth %s --seed 7", base), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " synth %s --seed 7", base), 0);
     snprintf(b, sizeof b, "%s.img", base);
     CU_ASSERT(!same_file(b, "data_samples/scene.img"));
     /* the committed labels: >= 6 classes, each with >= 100 pixels, and unlabelled pixels */
@@ -84,7 +66,7 @@ static void test_synth_reproduces_samples(void)
 
 static void test_info_json(void)
 {
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " info data_samples/scene.hdr --json"), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " info data_samples/scene.hdr --json"), 0);
     cJSON *j = cJSON_Parse(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(j);
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(j, "format")->valuestring, "envi");
@@ -102,7 +84,7 @@ static void test_info_json(void)
     HSI_ASSERT_NEAR(cJSON_GetArrayItem(wl, 127)->valuedouble, 2500.0, 1e-9);
     cJSON_Delete(j);
     /* a label map: pixels per class, counted here from the raw file */
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " info data_samples/scene_gt.hdr --json"), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " info data_samples/scene_gt.hdr --json"), 0);
     j = cJSON_Parse(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(j);
     cJSON *cl = cJSON_GetObjectItem(j, "classes");
@@ -131,7 +113,7 @@ static void test_info_missing_data(void)
     fputs("ENVI\nsamples = 7\nlines = 5\nbands = 3\ndata type = 4\ninterleave = bip\n"
           "byte order = 1\nwavelength units = Micrometers\nwavelength = {0.5, 0.6, 0.7}\n", fp);
     fclose(fp);
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " info %s", hdr), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " info %s", hdr), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "7 samples x 5 lines x 3 bands"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "500.00 - 700.00 nm"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "big-endian"));
@@ -157,7 +139,7 @@ static int64_t count_mismatch(const hsi_view *o, const hsi_view *s, const int64_
 static void test_convert_roundtrip(void)
 {
     const char *dst = hsi_test_tmp("conv_bip.hdr");
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out,
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out,
                               HSI_BIN " convert data_samples/scene.hdr %s --interleave bip "
                                       "--dtype float32 --byte-order big --bands 1-10,20",
                               dst),
@@ -179,7 +161,7 @@ static void test_convert_roundtrip(void)
     hsi_cube_free(&b);
     /* GeoTIFF output reopens (through GDAL) with the same values */
     const char *tif = hsi_test_tmp("conv.tif");
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out,
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out,
                               HSI_BIN " convert data_samples/scene.hdr %s --bands 5,6", tif), 0);
     HSI_CHECK_OK(hsi_cube_open(&b, tif, NULL));
     CU_ASSERT_EQUAL_FATAL(b.view.shape[0], 2);
@@ -189,7 +171,7 @@ static void test_convert_roundtrip(void)
     hsi_cube_free(&a);
     /* a bad band list fails without leaving an output behind */
     const char *bad = hsi_test_tmp("never.hdr");
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " convert data_samples/scene.hdr %s --bands 0-3",
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert data_samples/scene.hdr %s --bands 0-3",
                         bad),
                     1);
     CU_ASSERT_EQUAL(access(bad, F_OK), -1);

@@ -9,25 +9,8 @@
 #include "io/cube.h"
 #include "test.h"
 
-#define HSI_BIN "./build/hsi"
 #define SCENE "data_samples/scene.hdr"
 #define SCENE_GT "data_samples/scene_gt.hdr"
-
-static int run(char *out, size_t n, const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t got = fread(out, 1, n - 1, p);
-    out[got] = 0;
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static char out[1 << 17];
 
@@ -58,7 +41,7 @@ static const double *sref(const char *name, int64_t want)
 
 static void test_cli_stats(void)
 {
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " stats " SCENE " --json --mask " SCENE_GT), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " stats " SCENE " --json --mask " SCENE_GT), 0);
     cJSON *j = cJSON_Parse(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(j);
     cJSON *arr = cJSON_GetObjectItem(j, "stats");
@@ -75,26 +58,26 @@ static void test_cli_stats(void)
     }
     CU_ASSERT_EQUAL(bad, 0);
     cJSON_Delete(j);
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " stats " SCENE " --bands 3-2"), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " stats " SCENE " --bands 3-2"), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "reversed"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " stats " SCENE " --mask " SCENE), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " stats " SCENE " --mask " SCENE), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "one band"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " stats " SCENE " --percentiles 101"), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " stats " SCENE " --percentiles 101"), 2);
 }
 
 static void test_cli_bands(void)
 {
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " bands " SCENE " --opbs 5"), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " bands " SCENE " --opbs 5"), 0);
     const double *pk = sref("scene_opbs5", 5);
     char want[128];
     snprintf(want, sizeof want, "bands: %d,%d,%d,%d,%d\n", (int)pk[0] + 1, (int)pk[1] + 1, (int)pk[2] + 1,
              (int)pk[3] + 1, (int)pk[4] + 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " bands " SCENE " --select 1-3,10 --wavelengths 400-420"), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bands " SCENE " --select 1-3,10 --wavelengths 400-420"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "bands: 1-2\n"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " bands " SCENE " --rank variance --top 2"), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bands " SCENE " --rank variance --top 2"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "variance"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " bands " SCENE), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bands " SCENE), 2);
 }
 
 /* Reads the first n pixels (k bands) of an output cube, pixel-major. */
@@ -136,7 +119,7 @@ static void check_scores(const double *got, const double *want, int n, int k, do
 static void test_cli_preprocess_pca(void)
 {
     const char *o1 = hsi_test_tmp("pp_pca5.hdr"), *model = hsi_test_tmp("pp.model");
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --normalize none --pca 5 "
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --normalize none --pca 5 "
                                                 "--save-model %s --interleave bip --tile-lines 7",
                               o1, model),
                           0);
@@ -156,33 +139,33 @@ static void test_cli_preprocess_pca(void)
     /* the saved model applied again gives the same cube (up to float
      * rounding: another tile shape and output layout) */
     const char *o2 = hsi_test_tmp("pa.hdr");
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " pca apply %s " SCENE " %s --interleave bsq", model, o2), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " pca apply %s " SCENE " %s --interleave bsq", model, o2), 0);
     double again[20 * 5];
     read_pixels(o2, again, 20, 5);
     check_scores(again, got, 20, 5, 1e-6);
     /* z-score then PCA 3 */
     const char *o3 = hsi_test_tmp("pp_z3.hdr");
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --normalize zscore --pca 3", o3), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --normalize zscore --pca 3", o3), 0);
     double z[20 * 3];
     read_pixels(o3, z, 20, 3);
     check_scores(z, sref("scene_zpca3_scores20", 60), 20, 3, 1e-4);
     /* pca fit prints the explained variance of sklearn */
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " pca fit " SCENE " %s -k 5", model), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " pca fit " SCENE " %s -k 5", model), 0);
     snprintf(name, sizeof name, "%10.4f", 100 * evr[1]);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, name));
     /* errors name the problem */
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --pca 500", o3), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --pca 500", o3), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "only 128 bands"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --normalize zscores", o3), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --normalize zscores", o3), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "global-minmax"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " pca apply %s %s %s", model, o3, o2), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " pca apply %s %s %s", model, o3, o2), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "128-band"));
 }
 
 static void test_cli_preprocess_bands(void)
 {
     const char *o = hsi_test_tmp("pp_sel.hdr");
-    CU_ASSERT_EQUAL_FATAL(run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --bands 5,7-9 --normalize minmax", o),
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --bands 5,7-9 --normalize minmax", o),
                           0);
     hsi_cube c;
     hsi_cube_init(&c);

@@ -8,24 +8,7 @@
 
 #include "test.h"
 
-#define HSI_BIN "./build/hsi"
 #define FIX "tests/fixtures/formats/"
-
-static int run(char *out, size_t n, const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t got = fread(out, 1, n - 1, p);
-    out[got] = 0;
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 /* Width, height, band count of a PNG as GDAL decodes it (0 when it cannot). */
 static int png_size(const char *path, int *w, int *h, int *n)
@@ -48,21 +31,21 @@ static void test_cube(void)
     char out[4096];
     const char *png = hsi_test_tmp("cli_cube.png");
     int w = 0, h = 0, n = 0;
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 3,2,1", png),
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 3,2,1", png),
                     0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "bands 3,2,1"));
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
     CU_ASSERT(w == 6 && h == 5 && n == 3);
     /* usage errors exit 2 and name the problem */
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 1,2,4", png),
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 1,2,4", png),
                     2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "band 4 is not in 1..3"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif x.jpg"), 2);
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --rgb 640,550,460",
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif x.jpg"), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --rgb 640,550,460",
                         png),
                     2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "wavelengths"));
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " quicklook %s %s", hsi_test_tmp("nothing.img"), png),
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s", hsi_test_tmp("nothing.img"), png),
                     1);
 }
 
@@ -71,11 +54,11 @@ static void test_labels(void)
     char out[4096];
     const char *png = hsi_test_tmp("cli_labels.png");
     int w = 0, h = 0, n = 0;
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s", png), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s", png), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "label map"));
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
     CU_ASSERT(w > 6 && h >= 4 && n == 3); /* map + legend */
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s --no-legend",
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s --no-legend",
                         png),
                     0);
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
@@ -92,10 +75,10 @@ static void test_shared(void)
     char out[4096];
     const char *png = hsi_test_tmp("cli_sa.png");
     int w = 0, h = 0, n = 0;
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " quicklook %s %s --stretch 1", cube, png), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s --stretch 1", cube, png), 0);
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
     CU_ASSERT(w == 86 && h == 83 && n == 3);
-    CU_ASSERT_EQUAL(run(out, sizeof out, HSI_BIN " quicklook %s %s", gt, png), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s", gt, png), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "7 ids present"));
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
     CU_ASSERT(w > 86 && h >= 83);

@@ -11,26 +11,9 @@
 #include "io/envi.h"
 #include "test.h"
 
-#define HSI_BIN "./build/hsi"
 #define SCENE "data_samples/scene.hdr data_samples/scene_gt.hdr"
 
 static char out[1 << 16];
-
-static int run(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = 0;
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static cJSON *load_json(const char *path)
 {
@@ -56,7 +39,7 @@ static int same_file(const char *a, const char *b)
 static void test_train_outputs(void)
 {
     const char *dir = hsi_test_tmp("t1");
-    int rc = run(HSI_BIN " train " SCENE " --out %s --epochs 1 --train 0.03 --quiet --seed 3", dir);
+    int rc = hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s --epochs 1 --train 0.03 --quiet --seed 3", dir);
     if (rc) fprintf(stderr, "%s\n", out);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     const char *files[] = {"model.safetensors", "pipeline.json", "pca.bin", "metrics.json",
@@ -114,7 +97,7 @@ static void test_train_outputs(void)
     CU_ASSERT_STRING_EQUAL(mc.meta.class_names[3], "Young maize");
     /* predict with the saved pipeline gives the same map */
     const char *pm = hsi_test_tmp("t1_pred.hdr");
-    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " predict %s data_samples/scene.hdr %s --quiet", dir, pm), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " predict %s data_samples/scene.hdr %s --quiet", dir, pm), 0);
     hsi_cube pc;
     hsi_cube_init(&pc);
     HSI_CHECK_OK(hsi_envi_open(&pc, pm));
@@ -122,7 +105,7 @@ static void test_train_outputs(void)
     hsi_cube_free(&pc);
     /* eval over all labelled pixels agrees with the map */
     const char *ej = hsi_test_tmp("t1_eval.json");
-    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " eval %s " SCENE " --json %s", dir, ej), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --json %s", dir, ej), 0);
     hsi_cube gt;
     hsi_cube_init(&gt);
     HSI_CHECK_OK(hsi_envi_open(&gt, "data_samples/scene_gt.hdr"));
@@ -145,31 +128,31 @@ static void test_resume_bit_identical(void)
 {
     const char *a = hsi_test_tmp("ra"), *b = hsi_test_tmp("rb");
     const char *opts = "--epochs 2 --train 0.03 --val 0 --quiet --seed 5 --workers 2 --schedule constant";
-    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " train " SCENE " --out %s %s", a, opts), 0);
-    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " train " SCENE " --out %s --epochs 1 --train 0.03 --val 0 "
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s", a, opts), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s --epochs 1 --train 0.03 --val 0 "
                                       "--quiet --seed 5 --workers 0 --schedule constant", b), 0);
-    CU_ASSERT_EQUAL_FATAL(run(HSI_BIN " train " SCENE " --out %s %s --resume", b, opts), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s --resume", b, opts), 0);
     char pa[4096], pb[4096];
     snprintf(pa, sizeof pa, "%s/model.safetensors", a);
     snprintf(pb, sizeof pb, "%s/model.safetensors", b);
     CU_ASSERT(same_file(pa, pb));
     /* nothing left to resume */
-    CU_ASSERT_EQUAL(run(HSI_BIN " train " SCENE " --out %s %s --resume", b, opts), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s --resume", b, opts), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "already holds 2 epochs"));
 }
 
 static void test_train_errors(void)
 {
     const char *dir = hsi_test_tmp("terr");
-    CU_ASSERT_EQUAL(run(HSI_BIN " train " SCENE " --out %s --patch 10", dir), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s --patch 10", dir), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--patch must be odd"));
-    CU_ASSERT_EQUAL(run(HSI_BIN " train " SCENE), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--out DIR is required"));
-    CU_ASSERT_EQUAL(run(HSI_BIN " train data_samples/scene.hdr data_samples/scene.hdr --out %s", dir),
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train data_samples/scene.hdr data_samples/scene.hdr --out %s", dir),
                     1);
-    CU_ASSERT_EQUAL(run(HSI_BIN " train " SCENE " --out %s --device cuda --epochs 1", dir), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s --device cuda --epochs 1", dir), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--device cuda"));
-    CU_ASSERT_EQUAL(run(HSI_BIN " train --list-models"), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train --list-models"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "5122176")); /* HybridSN's published count */
 }
 
