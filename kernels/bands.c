@@ -2,6 +2,7 @@
  * filtering, variance ranking and OPBS via pivoted Cholesky (LAPACKE).
  * Plain arrays only; reads no files. */
 #include "bands.h"
+#include "io/meta.h"
 
 #include <ctype.h>
 #include <lapacke.h>
@@ -179,16 +180,7 @@ cleanup:
 
 void hsi_wavelengths_to_nm(double *wl, int64_t n, const char *units)
 {
-    double f = 0;
-    if (units) {
-        if (!strcasecmp(units, "micrometers") || !strcasecmp(units, "um") || !strcasecmp(units, "micrometer") ||
-            !strcasecmp(units, "microns"))
-            f = 1000.0;
-        else if (!strcasecmp(units, "nanometers") || !strcasecmp(units, "nm") || !strcasecmp(units, "nanometer"))
-            f = 1.0;
-        else if (!strcasecmp(units, "millimeters") || !strcasecmp(units, "mm"))
-            f = 1e6;
-    }
+    double f = hsi_wavelength_unit_to_nm(units);
     if (f == 0) {
         double mx = 0;
         for (int64_t i = 0; i < n; i++) mx = wl[i] > mx ? wl[i] : mx;
