@@ -44,11 +44,11 @@ void hsi_train_config_init(hsi_train_config *c)
     c->pad = HSI_PAD_MIRROR;
     c->split = HSI_SPLIT_RANDOM;
     c->train_fraction = 0.1;
-    c->val_fraction = 0.1;
+    c->val_fraction = 0; /* keep the last epoch: a few pixels per class cannot choose one */
     c->block = 16;
     c->augment = 1;
     c->epochs = 40;
-    c->batch = 64;
+    c->batch = 16;
     c->lr = 1e-3;
     c->weight_decay = 1e-4;
     c->patience = 15;
