@@ -3,5 +3,6 @@
 # per-band-sum pass per interleave, hsi vs memcpy vs SPy vs GDAL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p bench/out
 ./build/hsi bench io --json "$@" > bench/out/io.json
 /usr/bin/python3 bench/io_compare.py < bench/out/io.json

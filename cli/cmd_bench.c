@@ -31,10 +31,27 @@ static void *sum_worker(void *arg)
     const hsi_view *v = j->v;
     const int64_t B = v->shape[0], S = v->shape[2];
     const uint8_t *base = (const uint8_t *)v->buf->data + v->offset;
-    uint32_t *line_acc = calloc((size_t)B, sizeof *line_acc);
+    if (v->strides[2] == 2 && v->strides[1] == 2 * S) {
+        /* BSQ: each band's lines [l0, l1) are one contiguous run */
+        const int64_t n = (j->l1 - j->l0) * S;
+        for (int64_t b = 0; b < B; b++) {
+            const uint16_t *p = (const uint16_t *)(base + b * v->strides[0] + j->l0 * v->strides[1]);
+            uint64_t tot = 0;
+            for (int64_t i0 = 0; i0 < n; i0 += 65536) { /* u32 cannot overflow in 65536 adds */
+                int64_t i1 = i0 + 65536 < n ? i0 + 65536 : n;
+                uint32_t s = 0;
+                for (int64_t i = i0; i < i1; i++) s += p[i];
+                tot += s;
+            }
+            j->acc[b] += tot;
+        }
+        return NULL;
+    }
+    uint32_t *line_acc = malloc((size_t)B * sizeof *line_acc); /* sums of one line, S * 65535 < 2^32 */
     for (int64_t y = j->l0; y < j->l1; y++) {
         const uint8_t *lp = base + y * v->strides[1];
         if (v->strides[2] == 2) {
+            /* BIL: a line is B contiguous rows of S samples */
             for (int64_t b = 0; b < B; b++) {
                 const uint16_t *p = (const uint16_t *)(lp + b * v->strides[0]);
                 uint32_t s = 0;
@@ -42,10 +59,24 @@ static void *sum_worker(void *arg)
                 j->acc[b] += s;
             }
         } else {
+            /* BIP: spectra. Blocks of 32 pixels (L1-resident) are swept once
+             * per 64-band chunk whose sums stay in registers. */
             memset(line_acc, 0, (size_t)B * sizeof *line_acc);
-            for (int64_t x = 0; x < S; x++) {
-                const uint16_t *p = (const uint16_t *)(lp + x * v->strides[2]);
-                for (int64_t b = 0; b < B; b++) line_acc[b] += p[b];
+            for (int64_t x0 = 0; x0 < S; x0 += 32) {
+                int64_t x1 = x0 + 32 < S ? x0 + 32 : S;
+                for (int64_t b0 = 0; b0 < B; b0 += 64) {
+                    int64_t nb = B - b0 < 64 ? B - b0 : 64;
+                    uint32_t acc[64];
+                    memcpy(acc, line_acc + b0, (size_t)nb * sizeof *acc);
+                    for (int64_t x = x0; x < x1; x++) {
+                        const uint16_t *p = (const uint16_t *)(lp + x * v->strides[2]) + b0;
+                        if (nb == 64)
+                            for (int k = 0; k < 64; k++) acc[k] += p[k];
+                        else
+                            for (int64_t k = 0; k < nb; k++) acc[k] += p[k];
+                    }
+                    memcpy(line_acc + b0, acc, (size_t)nb * sizeof *acc);
+                }
             }
             for (int64_t b = 0; b < B; b++) j->acc[b] += line_acc[b];
         }
@@ -118,6 +149,7 @@ static hsi_status write_cube(const char *hdr, hsi_interleave il, int64_t B, int6
     hsi_envi_write_options o;
     hsi_envi_write_options_init(&o);
     o.interleave = il;
+    o.dtype = HSI_U16;
     const int64_t TL = 16;
     int64_t shape[3] = {B, TL, S};
     HSI_TRY(hsi_view_alloc(&tile, HSI_U16, 3, shape, HSI_BUF_HOST));
