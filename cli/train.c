@@ -45,7 +45,7 @@ void hsi_train_config_init(hsi_train_config *c)
     c->split = HSI_SPLIT_RANDOM;
     c->train_fraction = 0.1;
     c->val_fraction = 0; /* keep the last epoch: a few pixels per class cannot choose one */
-    c->block = 16;
+    c->block = 0; /* auto: max(16, 4 * (P / 2) + 4) */
     c->augment = 1;
     c->epochs = 40;
     c->batch = 16;
@@ -636,7 +636,8 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
     spp.per_class = c.per_class;
     spp.val_fraction = c.val_fraction;
     spp.seed = c.seed;
-    spp.block = c.block;
+    /* a lone training block narrower than 4 radii is eaten by the guard band */
+    spp.block = c.block > 0 ? c.block : (4 * (c.patch / 2) + 4 > 16 ? 4 * (c.patch / 2) + 4 : 16);
     spp.patch_radius = c.split == HSI_SPLIT_DISJOINT ? c.patch / 2 : 0;
     if (c.train_labels) HSI_TRY(hsi_split_explicit(&sp, &ltr.map, &lte.map, &spp));
     else HSI_TRY(hsi_split_make(&sp, &lab.map, &spp));
@@ -832,7 +833,8 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
         double lr_now = opt->cfg.lr;
         hsi_sched_epoch_end(&sched, opt, 1 - val_oa);
         /* without validation pixels the last epoch is kept */
-        int improved = !have_val || val_oa > best_val;
+        /* ties keep the later epoch: tiny validation sets saturate early */
+        int improved = !have_val || val_oa >= best_val;
         if (improved) {
             best_val = val_oa;
             best_epoch = epoch;
@@ -843,10 +845,10 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
         }
         double el = hsi_now() - t_train;
         double eta = el / (epoch - first_epoch + 1) * (c.epochs - epoch - 1);
-        say(&c, "epoch %3d/%d  loss %.4f  train acc %5.1f%%  %s %5.1f%%%s  lr %.2e  %6.0f samples/s  "
-                "ETA %.0fs\n",
-            epoch + 1, c.epochs, loss, 100 * acc, have_val ? "val OA" : "(no val)", 100 * val_oa,
-            improved ? "*" : " ", lr_now, dt > 0 ? (double)n_seen / dt : 0, eta);
+        char vbuf[32] = "";
+        if (have_val) snprintf(vbuf, sizeof vbuf, "  val OA %5.1f%%%s", 100 * val_oa, improved ? "*" : " ");
+        say(&c, "epoch %3d/%d  loss %.4f  train acc %5.1f%%%s  lr %.2e  %6.0f samples/s  ETA %.0fs\n",
+            epoch + 1, c.epochs, loss, 100 * acc, vbuf, lr_now, dt > 0 ? (double)n_seen / dt : 0, eta);
         {
             char rs[160];
             snprintf(rs, sizeof rs, "{\"best_val\": %.17g, \"best_epoch\": %d, \"since_best\": %d}",

@@ -38,7 +38,7 @@ typedef struct hsi_train_config {
     double train_fraction;        /* default 0.1 */
     int64_t per_class;            /* > 0: pixels per class instead of a fraction */
     double val_fraction;          /* of the training pixels, default 0.1 */
-    int block;                    /* disjoint block size, default 16 */
+    int block;                    /* disjoint block size (0 = max(16, 4 * (P / 2) + 4)) */
     int augment;                  /* flips + rotations (default 1) */
     /* optimisation */
     int epochs;                   /* default 40 */

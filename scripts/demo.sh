@@ -13,11 +13,11 @@ echo
 echo "== hsi quicklook (true colour) -> $OUT/scene.png"
 $HSI quicklook data_samples/scene.hdr "$OUT/scene.png"
 echo
-echo "== hsi train: cnn2d, 10 % of each class for training (10 % of that for validation),"
+echo "== hsi train: cnn2d, 10 % of each class for training (the last epoch is kept),"
 echo "   z-score + PCA 30 fitted on the training pixels only, 11 x 11 patches"
 start=$(date +%s%N)
 $HSI train data_samples/scene.hdr data_samples/scene_gt.hdr --out "$OUT/cnn2d" \
-    --model cnn2d --pca 30 --patch 11 --train 0.1 --epochs ${DEMO_EPOCHS:-25} --patience 8 --seed 1
+    --model cnn2d --pca 30 --patch 11 --train 0.1 --epochs ${DEMO_EPOCHS:-25} --seed 1
 end=$(date +%s%N)
 echo
 ms=$(( (end - start) / 1000000 ))
