@@ -141,6 +141,15 @@ KERN_RAW_FN(raw_f32, float, hsi_load_f32)
 void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1)
 {
     if (!cube->buf || cube->buf->kind != HSI_BUF_MMAP || l1 <= l0 || !cube->buf->data) return;
+    /* Only cubes that would crowd memory are dropped as we go: re-faulting
+     * a page-cached file on every pass costs more than it saves. */
+    static int64_t limit = -1;
+    if (limit < 0) {
+        const char *env = getenv("HSI_RELEASE_MIB");
+        long long phys = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE);
+        limit = env ? atoll(env) << 20 : phys / 4;
+    }
+    if ((int64_t)cube->buf->size < limit) return;
     long pg = sysconf(_SC_PAGESIZE);
     uintptr_t data = (uintptr_t)cube->buf->data, end_buf = data + cube->buf->size;
     int64_t esz = (int64_t)hsi_dtype_size(cube->dtype);
