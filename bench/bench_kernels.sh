@@ -11,7 +11,7 @@ mkdir -p bench/out build
 LDLIBS=$(make -s --no-print-directory --eval 'print-ldlibs: ; @echo $(LDLIBS)' print-ldlibs)
 CFLAGS=$(make -s --no-print-directory --eval 'print-cflags: ; @echo $(CFLAGS)' print-cflags | sed 's/-MMD -MP//')
 cc $CFLAGS bench/bench_kernels.c build/libhsi.a $LDLIBS -o build/bench_kernels
-DIR=${HSI_BENCH_DIR:-$(mktemp -d /tmp/hsi-bench-kernels.XXXXXX)}
+DIR=${HSI_BENCH_DIR:-$(mktemp -d -t hsi-bench-kernels.XXXXXX)}
 [ -n "${HSI_BENCH_DIR:-}" ] || trap 'rm -rf "$DIR"' EXIT
 ./build/bench_kernels "$DIR" "${HSI_BENCH_MIB:-512}" 3 > bench/out/kernels.json
 /usr/bin/python3 bench/bench_kernels.py "$DIR" bench/out/kernels.json

@@ -50,7 +50,7 @@ for model in ("cnn2d", "hybridsn"):
 [ $have_torch = 1 ] || echo "torch: not installed (python3-torch); no ratio"
 
 echo "== hsi profile train (cnn2d, data_samples/, --workers 1): loader wait share of the step time"
-OUTD=$(mktemp -d /tmp/hsi-bench-train.XXXXXX)
+OUTD=$(mktemp -d -t hsi-bench-train.XXXXXX)
 trap 'rm -rf "$OUTD"' EXIT
 ./build/hsi profile train data_samples/scene.hdr data_samples/scene_gt.hdr --out "$OUTD/p" \
     --train 0.1 --epochs ${PROFILE_EPOCHS:-5} --patience 0 --seed 1 --threads "$T" --quiet > "$OUTD/profile.txt" 2>&1 \
