@@ -4,6 +4,9 @@
  * zero-padded (n, D, H, W, C), so each column row copies kW*C contiguous
  * values) when C*kW is large, channels-first (rows of oW values, bounds
  * checked) when it is small (e.g. the first 3-D conv, C = 1).
+ * With several BLAS threads the batch is split between that many of our own
+ * threads (each with its workspace slot and single-threaded BLAS), so the
+ * im2col/col2im copies run in parallel too, not only the gemms.
  * Not a graph node and not a view: packed arrays in, packed arrays out, no
  * allocation (scratch comes from the caller, sized by hsi_conv_workspace_bytes).
  *
@@ -15,6 +18,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "kernels/kern_internal.h"
 #include "models/layers.h"
 
 /* Geometry normalised to 3 spatial dims: a 2-D conv is a 3-D conv with D = 1. */
@@ -26,10 +30,23 @@ typedef struct conv_geom {
     int64_t group;                 /* samples per im2col group */
     int nhwc;                      /* 1: channels-last columns */
     int64_t dp, hp, wp, pad_sp;    /* padded input dims, Dp*Hp*Wp (channels-last) */
+    int slots;                     /* workspace slots = most threads a pass may use */
+    int64_t chunk;                 /* channels-last: column rows per gemm */
 } conv_geom;
 
+/* Channels-last: the column matrix is built and consumed in row chunks of
+ * about this many bytes (in L2 while the gemm or the fold reads it). */
+#ifndef HSI_CONV_CHUNK_BYTES
+#define HSI_CONV_CHUNK_BYTES ((int64_t)256 << 10)
+#endif
+
+/* At most this many threads (and workspace slots) per convolution. */
+#define HSI_CONV_MAX_SLOTS 16
+
 /* Channels-last columns when a row run kW*C is at least this long. */
-#define HSI_CONV_NHWC_MIN_RUN 32
+#ifndef HSI_CONV_NHWC_MIN_RUN
+#define HSI_CONV_NHWC_MIN_RUN 16
+#endif
 
 /* Scratch per group: cols (ckk x group*out_sp) + tmp (k x group*out_sp)
  * (+ the padded channels-last input group (group*pad_sp x C) and two
@@ -62,13 +79,23 @@ static void conv_geom_fill(conv_geom *g, const hsi_conv_dims *d, size_t elem)
     int64_t per = ((g->ckk + g->k) * g->out_sp + (g->nhwc ? g->pad_sp * g->c : 0)) *
                   (int64_t)elem;
     int64_t grp = HSI_CONV_GROUP_TARGET_BYTES / (per > 0 ? per : 1);
+    /* each of the slots' threads owns about n / slots samples */
+    g->slots = hsi_kern_threads();
+    if (g->slots > HSI_CONV_MAX_SLOTS) g->slots = HSI_CONV_MAX_SLOTS;
+    if (g->slots > g->n) g->slots = (int)g->n;
+    int64_t share = (g->n + g->slots - 1) / g->slots;
     if (grp < 1) grp = 1;
-    if (grp > g->n) grp = g->n;
+    if (grp > share) grp = share;
     /* equal groups: 128 samples at 40 per group run as 4 x 32, not 3 x 40 + 8 */
-    int64_t n_groups = (g->n + grp - 1) / grp;
-    g->group = (g->n + n_groups - 1) / n_groups;
+    int64_t n_groups = (share + grp - 1) / grp;
+    g->group = (share + n_groups - 1) / n_groups;
     /* gemm sizes are ints */
     while (g->group > 1 && g->group * g->out_sp > INT_MAX) g->group /= 2;
+    /* channels-last: chunks of about HSI_CONV_CHUNK_BYTES of columns, at least 64 rows */
+    g->chunk = HSI_CONV_CHUNK_BYTES / (g->ckk * (int64_t)elem);
+    if (g->chunk < 64) g->chunk = 64;
+    g->chunk = (g->chunk + 15) & ~(int64_t)15;
+    if (g->chunk > g->group * g->out_sp) g->chunk = g->group * g->out_sp;
 }
 
 hsi_status hsi_conv_dims_init(hsi_conv_dims *d, int nd, int n, int c, int k, const int *in,
@@ -114,13 +141,46 @@ hsi_status hsi_conv_dims_init(hsi_conv_dims *d, int nd, int n, int c, int k, con
     return HSI_OK;
 }
 
+/* One thread's part of the workspace, offsets and size in elements, each
+ * rounded up to 16 elements (64-byte multiples):
+ * cols (ckk x group*out_sp; channels-last: chunk x ckk), tmp (K x group*out_sp), xt (group*pad_sp x C,
+ * channels-last only) and dw (K x ckk: the thread's weight-gradient partial). */
+typedef struct conv_slot {
+    int64_t cols, tmp, xt, dw, size;
+} conv_slot;
+
+static inline int64_t conv_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+static void conv_slot_layout(conv_slot *s, const conv_geom *g)
+{
+    s->cols = 0;
+    s->tmp = s->cols + conv_round16(g->ckk * (g->nhwc ? g->chunk : g->group * g->out_sp));
+    s->xt = s->tmp + conv_round16(g->k * g->group * g->out_sp);
+    s->dw = s->xt + (g->nhwc ? conv_round16(g->group * g->pad_sp * g->c) : 0);
+    s->size = s->dw + conv_round16(g->k * g->ckk);
+}
+
+/* Elements before slot 0: the reordered weights wr (K x ckk), channels-last only. */
+static int64_t conv_shared_elems(const conv_geom *g)
+{
+    return g->nhwc ? conv_round16(g->k * g->ckk) : 0;
+}
+
+/* Threads of this pass: BLAS's thread count (what the caller asked for),
+ * at most the slots of the workspace. */
+static int conv_threads(const conv_geom *g)
+{
+    int nt = openblas_get_num_threads();
+    return nt < 1 ? 1 : nt > g->slots ? g->slots : nt;
+}
+
 size_t hsi_conv_workspace_bytes(const hsi_conv_dims *d, size_t elem_size)
 {
     conv_geom g;
+    conv_slot s;
     conv_geom_fill(&g, d, elem_size);
-    int64_t n = (g.ckk + g.k) * g.group * g.out_sp;
-    if (g.nhwc) n += g.group * g.pad_sp * g.c + 2 * g.k * g.ckk;
-    return (size_t)n * elem_size;
+    conv_slot_layout(&s, &g);
+    return (size_t)(conv_shared_elems(&g) + g.slots * s.size) * elem_size;
 }
 
 /* First ow at which ow*s - p + kk >= 0, and one past the last at which it is
@@ -298,39 +358,58 @@ static void HSI_FN(unpack_nhwc_add)(T *dx, const T *dxt, const conv_geom *g, int
     }
 }
 
-/* cols (n_grp*out_sp, ckk) packed: row (s, od, oh, ow), column (kd, kh, kw, c),
- * from xt (n_grp, Dp, Hp, Wp, C). Each (row, kd, kh) is one run of kW*C. */
-static void HSI_FN(im2col_nhwc)(T *cols, const T *xt, const conv_geom *g, int64_t n_grp)
+/* The rows [r0, r1) of the column matrix (n_grp*out_sp, ckk): row
+ * (s, od, oh, ow), column (kd, kh, kw, c), from xt (n_grp, Dp, Hp, Wp, C);
+ * cols holds only those rows, (r1 - r0, ckk) packed. Each (row, kd, kh) is
+ * one run of kW*C. */
+static void HSI_FN(im2col_nhwc)(T *cols, const T *xt, const conv_geom *g, int64_t r0,
+                                int64_t r1)
 {
     size_t run = (size_t)(g->kw * g->c) * sizeof(T);
+    int64_t ow = r0 % g->ow, oh = r0 / g->ow % g->oh, od = r0 / (g->ow * g->oh) % g->od,
+            s = r0 / g->out_sp;
     T *row = cols;
-    for (int64_t s = 0; s < n_grp; s++)
-        for (int64_t od = 0; od < g->od; od++)
-            for (int64_t oh = 0; oh < g->oh; oh++)
-                for (int64_t ow = 0; ow < g->ow; ow++)
-                    for (int64_t kd = 0; kd < g->kd; kd++)
-                        for (int64_t kh = 0; kh < g->kh; kh++, row += g->kw * g->c)
-                            memcpy(row,
-                                   xt + (((s * g->dp + od * g->sd + kd) * g->hp + oh * g->sh +
-                                          kh) * g->wp + ow * g->sw) * g->c,
-                                   run);
+    for (int64_t r = r0; r < r1; r++) {
+        const T *base = xt + (((s * g->dp + od * g->sd) * g->hp + oh * g->sh) * g->wp +
+                              ow * g->sw) * g->c;
+        for (int64_t kd = 0; kd < g->kd; kd++)
+            for (int64_t kh = 0; kh < g->kh; kh++, row += g->kw * g->c)
+                memcpy(row, base + (kd * g->hp + kh) * g->wp * g->c, run);
+        if (++ow == g->ow) {
+            ow = 0;
+            if (++oh == g->oh) {
+                oh = 0;
+                if (++od == g->od) od = 0, s++;
+            }
+        }
+    }
 }
 
-/* dxt (n_grp, Dp, Hp, Wp, C) += the rows of cols folded back. */
-static void HSI_FN(col2im_nhwc)(T *dxt, const T *cols, const conv_geom *g, int64_t n_grp)
+/* dxt (n_grp, Dp, Hp, Wp, C) += the rows [r0, r1) of the column matrix
+ * folded back; cols holds those rows only, as im2col_nhwc writes them. */
+static void HSI_FN(col2im_nhwc)(T *dxt, const T *cols, const conv_geom *g, int64_t r0,
+                                int64_t r1)
 {
     int64_t run = g->kw * g->c;
+    int64_t ow = r0 % g->ow, oh = r0 / g->ow % g->oh, od = r0 / (g->ow * g->oh) % g->od,
+            s = r0 / g->out_sp;
     const T *row = cols;
-    for (int64_t s = 0; s < n_grp; s++)
-        for (int64_t od = 0; od < g->od; od++)
-            for (int64_t oh = 0; oh < g->oh; oh++)
-                for (int64_t ow = 0; ow < g->ow; ow++)
-                    for (int64_t kd = 0; kd < g->kd; kd++)
-                        for (int64_t kh = 0; kh < g->kh; kh++, row += run) {
-                            T *o = dxt + (((s * g->dp + od * g->sd + kd) * g->hp + oh * g->sh +
-                                           kh) * g->wp + ow * g->sw) * g->c;
-                            for (int64_t i = 0; i < run; i++) o[i] += row[i];
-                        }
+    for (int64_t r = r0; r < r1; r++) {
+        T *base = dxt + (((s * g->dp + od * g->sd) * g->hp + oh * g->sh) * g->wp +
+                         ow * g->sw) * g->c;
+        for (int64_t kd = 0; kd < g->kd; kd++)
+            for (int64_t kh = 0; kh < g->kh; kh++, row += run) {
+                T *o = base + (kd * g->hp + kh) * g->wp * g->c;
+                for (int64_t i = 0; i < run; i++) o[i] += row[i];
+            }
+        if (++ow == g->ow) {
+            ow = 0;
+            if (++oh == g->oh) {
+                oh = 0;
+                if (++od == g->od) od = 0, s++;
+            }
+        }
+    }
 }
 
 /* wr (K, kD, kH, kW, C) = w (K, C, kD, kH, kW) reordered. */
@@ -358,34 +437,147 @@ static void HSI_FN(scatter_out)(T *y, const T *tmp, const T *b, const conv_geom 
         }
 }
 
+/* What one thread of a forward or backward pass needs: it owns samples
+ * [n*t/nt, n*(t+1)/nt) and slot t of the workspace. */
+typedef struct HSI_FN(conv_job) {
+    const conv_geom *g;
+    T *y;                 /* forward: (N, K, out_sp) */
+    const T *x, *w, *b;   /* (N, C, in_sp), (K, CKK), (K) or NULL */
+    const T *wr;          /* channels-last: w as (K, kk, C) */
+    const T *dy;          /* backward: (N, K, out_sp) */
+    T *dx;                /* backward: (N, C, in_sp) += ..., or NULL */
+    int want_dw;          /* backward: fill each slot's dw partial */
+    T *slots;             /* workspace slot 0 (see conv_slot_layout) */
+    int64_t has_dw[HSI_CONV_MAX_SLOTS]; /* thread t wrote its dw partial */
+} HSI_FN(conv_job);
+
+static hsi_status HSI_FN(conv_forward_part)(void *ctx, int t, int nt)
+{
+    HSI_FN(conv_job) *j = ctx;
+    const conv_geom *g = j->g;
+    conv_slot sl;
+    conv_slot_layout(&sl, g);
+    T *cols = j->slots + t * sl.size + sl.cols, *tmp = j->slots + t * sl.size + sl.tmp;
+    T *xt = j->slots + t * sl.size + sl.xt;
+    int64_t s0 = g->n * t / nt, s1 = g->n * (t + 1) / nt;
+    for (int64_t n0 = s0; n0 < s1; n0 += g->group) {
+        int64_t ng = s1 - n0 < g->group ? s1 - n0 : g->group;
+        int64_t cols_n = ng * g->out_sp;
+        const T *xg = j->x + n0 * g->c * g->in_sp;
+        if (g->nhwc) {
+            HSI_FN(pack_nhwc)(xt, xg, g, ng);
+            for (int64_t r0 = 0; r0 < cols_n; r0 += g->chunk) {
+                int64_t nr = cols_n - r0 < g->chunk ? cols_n - r0 : g->chunk;
+                HSI_FN(im2col_nhwc)(cols, xt, g, r0, r0 + nr);
+                /* tmp[:, r0..] (K x nr, ld cols_n) = wr (K x CKK) * cols^T; cols is nr x CKK */
+                HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->k, (int)nr,
+                         (int)g->ckk, 1, j->wr, (int)g->ckk, cols, (int)g->ckk, 0, tmp + r0,
+                         (int)cols_n);
+            }
+        } else {
+            HSI_FN(im2col)(cols, xg, g, ng);
+            /* tmp (K x cols_n) = w (K x CKK, ld CKK) * cols (CKK x cols_n, ld cols_n) */
+            HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)cols_n,
+                     (int)g->ckk, 1, j->w, (int)g->ckk, cols, (int)cols_n, 0, tmp, (int)cols_n);
+        }
+        HSI_FN(scatter_out)(j->y, tmp, j->b, g, n0, ng);
+    }
+    return HSI_OK;
+}
+
+static hsi_status HSI_FN(conv_backward_part)(void *ctx, int t, int nt)
+{
+    HSI_FN(conv_job) *j = ctx;
+    const conv_geom *g = j->g;
+    conv_slot sl;
+    conv_slot_layout(&sl, g);
+    T *base = j->slots + t * sl.size;
+    T *cols = base + sl.cols, *tmp = base + sl.tmp, *xt = base + sl.xt, *dwp = base + sl.dw;
+    int64_t s0 = g->n * t / nt, s1 = g->n * (t + 1) / nt;
+    j->has_dw[t] = 0;
+    for (int64_t n0 = s0; n0 < s1; n0 += g->group) {
+        int64_t ng = s1 - n0 < g->group ? s1 - n0 : g->group;
+        int64_t cols_n = ng * g->out_sp;
+        const T *xg = j->x + n0 * g->c * g->in_sp;
+        T beta = j->has_dw[t] ? 1 : 0;
+        /* tmp (K x cols_n): dy of this group, samples side by side */
+        for (int64_t s = 0; s < ng; s++)
+            for (int64_t k = 0; k < g->k; k++)
+                memcpy(tmp + k * cols_n + s * g->out_sp, j->dy + ((n0 + s) * g->k + k) * g->out_sp,
+                       (size_t)g->out_sp * sizeof(T));
+        if (g->nhwc) {
+            /* column rows in chunks of g->chunk, so that each chunk of
+             * cols is still in cache when the gemm or the fold reads it */
+            if (j->want_dw) {
+                HSI_FN(pack_nhwc)(xt, xg, g, ng);
+                for (int64_t r0 = 0; r0 < cols_n; r0 += g->chunk) {
+                    int64_t nr = cols_n - r0 < g->chunk ? cols_n - r0 : g->chunk;
+                    HSI_FN(im2col_nhwc)(cols, xt, g, r0, r0 + nr);
+                    /* dwp (K x CKK, as (K, kk, C)) (+)= tmp[:, r0..] (K x nr) * cols (nr x CKK) */
+                    HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)g->ckk,
+                             (int)nr, 1, tmp + r0, (int)cols_n, cols, (int)g->ckk, beta, dwp,
+                             (int)g->ckk);
+                    beta = 1;
+                }
+                j->has_dw[t] = 1;
+            }
+            if (j->dx) {
+                memset(xt, 0, (size_t)(ng * g->pad_sp * g->c) * sizeof(T));
+                for (int64_t r0 = 0; r0 < cols_n; r0 += g->chunk) {
+                    int64_t nr = cols_n - r0 < g->chunk ? cols_n - r0 : g->chunk;
+                    /* cols (nr x CKK) = tmp[:, r0..]^T (nr x K) * wr (K x CKK) */
+                    HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nr, (int)g->ckk,
+                             (int)g->k, 1, tmp + r0, (int)cols_n, j->wr, (int)g->ckk, 0, cols,
+                             (int)g->ckk);
+                    HSI_FN(col2im_nhwc)(xt, cols, g, r0, r0 + nr);
+                }
+                HSI_FN(unpack_nhwc_add)(j->dx + n0 * g->c * g->in_sp, xt, g, ng);
+            }
+        } else {
+            if (j->want_dw) {
+                HSI_FN(im2col)(cols, xg, g, ng);
+                /* dwp (K x CKK) (+)= tmp (K x cols_n) * cols^T; cols is CKK x cols_n */
+                HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->k, (int)g->ckk,
+                         (int)cols_n, 1, tmp, (int)cols_n, cols, (int)cols_n, beta, dwp,
+                         (int)g->ckk);
+                j->has_dw[t] = 1;
+            }
+            if (j->dx) {
+                /* cols (CKK x cols_n) = w^T (CKK x K; w is K x CKK) * tmp (K x cols_n) */
+                HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk, (int)cols_n,
+                         (int)g->k, 1, j->w, (int)g->ckk, tmp, (int)cols_n, 0, cols,
+                         (int)cols_n);
+                HSI_FN(col2im)(j->dx + n0 * g->c * g->in_sp, cols, g, ng);
+            }
+        }
+    }
+    return HSI_OK;
+}
+
+/* Runs part(job, t, nt) on nt threads, each calling single-threaded BLAS;
+ * nt = 1 runs inline with BLAS's own threads. */
+static void HSI_FN(conv_run)(hsi_status (*part)(void *, int, int), HSI_FN(conv_job) *j, int nt)
+{
+    if (nt <= 1) {
+        part(j, 0, 1);
+        return;
+    }
+    int prev = hsi_kern_blas_single_begin();
+    hsi_status st = hsi_kern_parallel(nt, part, j);
+    hsi_kern_blas_single_end(prev);
+    (void)st; /* the parts cannot fail */
+}
+
 void HSI_FN(hsi_conv_forward)(T *y, const T *x, const T *w, const T *b,
                               const hsi_conv_dims *d, void *ws)
 {
     conv_geom g;
     conv_geom_fill(&g, d, sizeof(T));
-    T *cols = (T *)ws;
-    T *tmp = cols + g.ckk * g.group * g.out_sp;
-    T *xt = tmp + g.k * g.group * g.out_sp; /* channels-last only: */
-    T *wr = xt + g.group * g.pad_sp * g.c;
+    T *wr = (T *)ws; /* channels-last only */
+    HSI_FN(conv_job) j = {.g = &g, .y = y, .x = x, .w = w, .b = b, .wr = wr,
+                          .slots = wr + conv_shared_elems(&g)};
     if (g.nhwc) HSI_FN(reorder_w)(wr, w, &g);
-    for (int64_t n0 = 0; n0 < g.n; n0 += g.group) {
-        int64_t ng = g.n - n0 < g.group ? g.n - n0 : g.group;
-        int64_t cols_n = ng * g.out_sp;
-        const T *xg = x + n0 * g.c * g.in_sp;
-        if (g.nhwc) {
-            HSI_FN(pack_nhwc)(xt, xg, &g, ng);
-            HSI_FN(im2col_nhwc)(cols, xt, &g, ng);
-            /* tmp (K x cols_n) = wr (K x CKK, ld CKK) * cols^T; cols is cols_n x CKK, ld CKK */
-            HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.k, (int)cols_n,
-                     (int)g.ckk, 1, wr, (int)g.ckk, cols, (int)g.ckk, 0, tmp, (int)cols_n);
-        } else {
-            HSI_FN(im2col)(cols, xg, &g, ng);
-            /* tmp (K x cols_n) = w (K x CKK, ld CKK) * cols (CKK x cols_n, ld cols_n) */
-            HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.k, (int)cols_n,
-                     (int)g.ckk, 1, w, (int)g.ckk, cols, (int)cols_n, 0, tmp, (int)cols_n);
-        }
-        HSI_FN(scatter_out)(y, tmp, b, &g, n0, ng);
-    }
+    HSI_FN(conv_run)(HSI_FN(conv_forward_part), &j, conv_threads(&g));
 }
 
 void HSI_FN(hsi_conv_backward)(T *dx, T *dw, T *db, const T *dy, const T *x, const T *w,
@@ -411,60 +603,28 @@ void HSI_FN(hsi_conv_backward)(T *dx, T *dw, T *db, const T *dy, const T *x, con
         }
     }
     if (!dw && !dx) return;
-    T *cols = (T *)ws;
-    T *tmp = cols + g.ckk * g.group * g.out_sp;
-    T *xt = tmp + g.k * g.group * g.out_sp; /* channels-last only: */
-    T *wr = xt + g.group * g.pad_sp * g.c;
-    T *dwr = wr + g.k * g.ckk;
+    T *wr = (T *)ws; /* channels-last only */
+    HSI_FN(conv_job) j = {.g = &g, .x = x, .w = w, .wr = wr, .dy = dy, .dx = dx,
+                          .want_dw = dw != NULL, .slots = wr + conv_shared_elems(&g)};
     if (g.nhwc && dx) HSI_FN(reorder_w)(wr, w, &g);
-    for (int64_t n0 = 0; n0 < g.n; n0 += g.group) {
-        int64_t ng = g.n - n0 < g.group ? g.n - n0 : g.group;
-        int64_t cols_n = ng * g.out_sp;
-        const T *xg = x + n0 * g.c * g.in_sp;
-        /* tmp (K x cols_n): dy of this group, samples side by side */
-        for (int64_t s = 0; s < ng; s++)
+    int nt = conv_threads(&g);
+    HSI_FN(conv_run)(HSI_FN(conv_backward_part), &j, nt);
+    if (!dw) return;
+    /* dw += the partials of the threads, in thread order (results do not
+     * depend on scheduling); channels-last partials are (K, kk, C) */
+    conv_slot sl;
+    conv_slot_layout(&sl, &g);
+    for (int t = 0; t < nt; t++) {
+        if (!j.has_dw[t]) continue;
+        const T *p = j.slots + t * sl.size + sl.dw;
+        if (g.nhwc)
             for (int64_t k = 0; k < g.k; k++)
-                memcpy(tmp + k * cols_n + s * g.out_sp, dy + ((n0 + s) * g.k + k) * g.out_sp,
-                       (size_t)g.out_sp * sizeof(T));
-        if (g.nhwc) {
-            if (dw) {
-                HSI_FN(pack_nhwc)(xt, xg, &g, ng);
-                HSI_FN(im2col_nhwc)(cols, xt, &g, ng);
-                /* dwr (K x CKK) (+)= tmp (K x cols_n) * cols (cols_n x CKK) */
-                HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.k, (int)g.ckk,
-                         (int)cols_n, 1, tmp, (int)cols_n, cols, (int)g.ckk, n0 ? 1 : 0, dwr,
-                         (int)g.ckk);
-            }
-            if (dx) {
-                /* cols (cols_n x CKK) = tmp^T (cols_n x K; tmp is K x cols_n) * wr (K x CKK) */
-                HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols_n, (int)g.ckk,
-                         (int)g.k, 1, tmp, (int)cols_n, wr, (int)g.ckk, 0, cols, (int)g.ckk);
-                memset(xt, 0, (size_t)(ng * g.pad_sp * g.c) * sizeof(T));
-                HSI_FN(col2im_nhwc)(xt, cols, &g, ng);
-                HSI_FN(unpack_nhwc_add)(dx + n0 * g.c * g.in_sp, xt, &g, ng);
-            }
-        } else {
-            if (dw) {
-                HSI_FN(im2col)(cols, xg, &g, ng);
-                /* dw (K x CKK) += tmp (K x cols_n) * cols^T; cols is CKK x cols_n */
-                HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.k, (int)g.ckk,
-                         (int)cols_n, 1, tmp, (int)cols_n, cols, (int)cols_n, 1, dw,
-                         (int)g.ckk);
-            }
-            if (dx) {
-                /* cols (CKK x cols_n) = w^T (CKK x K; w is K x CKK) * tmp (K x cols_n) */
-                HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g.ckk, (int)cols_n,
-                         (int)g.k, 1, w, (int)g.ckk, tmp, (int)cols_n, 0, cols, (int)cols_n);
-                HSI_FN(col2im)(dx + n0 * g.c * g.in_sp, cols, &g, ng);
-            }
-        }
+                for (int64_t c = 0; c < g.c; c++)
+                    for (int64_t q = 0; q < g.ker_sp; q++)
+                        dw[(k * g.c + c) * g.ker_sp + q] += p[(k * g.ker_sp + q) * g.c + c];
+        else
+            for (int64_t i = 0; i < g.k * g.ckk; i++) dw[i] += p[i];
     }
-    if (g.nhwc && dw)
-        /* dw (K, C, kk) += dwr (K, kk, C) */
-        for (int64_t k = 0; k < g.k; k++)
-            for (int64_t c = 0; c < g.c; c++)
-                for (int64_t q = 0; q < g.ker_sp; q++)
-                    dw[(k * g.c + c) * g.ker_sp + q] += dwr[(k * g.ker_sp + q) * g.c + c];
 }
 
 #undef T

@@ -4,7 +4,9 @@
  * from the definitions, and central finite differences in double. */
 #include "test.h"
 
+#include <cblas.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "models/layers.h"
 
@@ -326,6 +328,8 @@ static const conv_case conv_cases[] = {
     {2, 3, 8, 5, {6, 7}, {5, 5}, {1, 2}, {2, 2}, 0},
     {3, 2, 11, 3, {5, 6, 5}, {3, 3, 3}, {1, 2, 1}, {1, 0, 1}, 1},
     {2, 20, 32, 8, {24, 24}, {3, 3}, {1, 1}, {1, 1}, 1},           /* several groups */
+    /* channels-last, column rows in several chunks that cross D planes and samples */
+    {3, 3, 16, 5, {9, 14, 13}, {3, 3, 3}, {2, 1, 2}, {1, 1, 0}, 1},
 };
 
 /* Forward and backward (all gradients, accumulating onto a prefilled value)
@@ -393,6 +397,30 @@ static void test_conv_vs_definition_f32(void)
 {
     for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++)
         run_conv_vs_ref(&conv_cases[i], 1);
+}
+
+/* The same cases with the batch split between 1 and 3 threads (BLAS
+ * threads and HSI_THREADS, which sizes the workspace slots): 1 runs the
+ * samples on the caller, 3 splits 2, 3, 20 and 40 samples unevenly and sums
+ * per-thread weight-gradient partials. */
+static void test_conv_threads(void)
+{
+    const char *prev_env = getenv("HSI_THREADS");
+    char *saved = prev_env ? strdup(prev_env) : NULL;
+    int prev_blas = openblas_get_num_threads();
+    static const char *counts[2] = {"1", "3"};
+    for (int i = 0; i < 2; i++) {
+        setenv("HSI_THREADS", counts[i], 1);
+        openblas_set_num_threads(atoi(counts[i]));
+        for (size_t c = 0; c < sizeof conv_cases / sizeof *conv_cases; c++) {
+            run_conv_vs_ref(&conv_cases[c], 0);
+            run_conv_vs_ref(&conv_cases[c], 1);
+        }
+    }
+    openblas_set_num_threads(prev_blas);
+    if (saved) setenv("HSI_THREADS", saved, 1);
+    else unsetenv("HSI_THREADS");
+    free(saved);
 }
 
 /* ----------------------------------------------- conv: finite differences */
@@ -857,6 +885,7 @@ static void test_bn_pytorch(void)
 HSI_SUITE(layers_conv, 0, {"dims and errors", test_conv_dims},
           {"f64 vs direct definition", test_conv_vs_definition_f64},
           {"f32 vs direct definition", test_conv_vs_definition_f32},
+          {"1 and 3 threads vs direct definition", test_conv_threads},
           {"finite differences", test_conv_gradcheck}, {"PyTorch fixtures", test_conv_pytorch})
 HSI_SUITE(layers_pool, 0, {"vs definition (f32, f64)", test_pool_vs_definition},
           {"finite differences", test_pool_gradcheck}, {"PyTorch fixtures", test_pool_pytorch},
