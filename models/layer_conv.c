@@ -358,6 +358,15 @@ static void HSI_FN(unpack_nhwc_add)(T *dx, const T *dxt, const conv_geom *g, int
     }
 }
 
+/* dst[0..n) = src[0..n) in blocks of 8 fixed-size copies (inlined vector
+ * moves; a memcpy call per short kW*C run cost more than the copy). */
+static inline void HSI_FN(copy_run)(T *restrict dst, const T *restrict src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) memcpy(dst + i, src + i, 8 * sizeof(T));
+    for (; i < n; i++) dst[i] = src[i];
+}
+
 /* The rows [r0, r1) of the column matrix (n_grp*out_sp, ckk): row
  * (s, od, oh, ow), column (kd, kh, kw, c), from xt (n_grp, Dp, Hp, Wp, C);
  * cols holds only those rows, (r1 - r0, ckk) packed. Each (row, kd, kh) is
@@ -365,7 +374,7 @@ static void HSI_FN(unpack_nhwc_add)(T *dx, const T *dxt, const conv_geom *g, int
 static void HSI_FN(im2col_nhwc)(T *cols, const T *xt, const conv_geom *g, int64_t r0,
                                 int64_t r1)
 {
-    size_t run = (size_t)(g->kw * g->c) * sizeof(T);
+    int64_t run = g->kw * g->c;
     int64_t ow = r0 % g->ow, oh = r0 / g->ow % g->oh, od = r0 / (g->ow * g->oh) % g->od,
             s = r0 / g->out_sp;
     T *row = cols;
@@ -373,8 +382,8 @@ static void HSI_FN(im2col_nhwc)(T *cols, const T *xt, const conv_geom *g, int64_
         const T *base = xt + (((s * g->dp + od * g->sd) * g->hp + oh * g->sh) * g->wp +
                               ow * g->sw) * g->c;
         for (int64_t kd = 0; kd < g->kd; kd++)
-            for (int64_t kh = 0; kh < g->kh; kh++, row += g->kw * g->c)
-                memcpy(row, base + (kd * g->hp + kh) * g->wp * g->c, run);
+            for (int64_t kh = 0; kh < g->kh; kh++, row += run)
+                HSI_FN(copy_run)(row, base + (kd * g->hp + kh) * g->wp * g->c, run);
         if (++ow == g->ow) {
             ow = 0;
             if (++oh == g->oh) {
@@ -386,21 +395,22 @@ static void HSI_FN(im2col_nhwc)(T *cols, const T *xt, const conv_geom *g, int64_
 }
 
 /* dxt (n_grp, Dp, Hp, Wp, C) += the rows [r0, r1) of the column matrix
- * folded back; cols holds those rows only, as im2col_nhwc writes them. */
-static void HSI_FN(col2im_nhwc)(T *dxt, const T *cols, const conv_geom *g, int64_t r0,
-                                int64_t r1)
+ * folded back; cols holds those rows only, as im2col_nhwc writes them, and
+ * is left zero (so the next gemm can accumulate into it: beta = 1 skips
+ * BLAS's separate pass that zeroes C). */
+static void HSI_FN(col2im_nhwc)(T *dxt, T *cols, const conv_geom *g, int64_t r0, int64_t r1)
 {
     int64_t run = g->kw * g->c;
     int64_t ow = r0 % g->ow, oh = r0 / g->ow % g->oh, od = r0 / (g->ow * g->oh) % g->od,
             s = r0 / g->out_sp;
-    const T *row = cols;
+    T *row = cols;
     for (int64_t r = r0; r < r1; r++) {
         T *base = dxt + (((s * g->dp + od * g->sd) * g->hp + oh * g->sh) * g->wp +
                          ow * g->sw) * g->c;
         for (int64_t kd = 0; kd < g->kd; kd++)
             for (int64_t kh = 0; kh < g->kh; kh++, row += run) {
                 T *o = base + (kd * g->hp + kh) * g->wp * g->c;
-                for (int64_t i = 0; i < run; i++) o[i] += row[i];
+                for (int64_t i = 0; i < run; i++) o[i] += row[i], row[i] = 0;
             }
         if (++ow == g->ow) {
             ow = 0;
@@ -464,23 +474,29 @@ static hsi_status HSI_FN(conv_forward_part)(void *ctx, int t, int nt)
         int64_t ng = s1 - n0 < g->group ? s1 - n0 : g->group;
         int64_t cols_n = ng * g->out_sp;
         const T *xg = j->x + n0 * g->c * g->in_sp;
+        /* out (K x cols_n): y itself for one sample, else tmp (scattered below) */
+        T *out = ng == 1 ? j->y + n0 * g->k * g->out_sp : tmp;
         if (g->nhwc) {
             HSI_FN(pack_nhwc)(xt, xg, g, ng);
             for (int64_t r0 = 0; r0 < cols_n; r0 += g->chunk) {
                 int64_t nr = cols_n - r0 < g->chunk ? cols_n - r0 : g->chunk;
                 HSI_FN(im2col_nhwc)(cols, xt, g, r0, r0 + nr);
-                /* tmp[:, r0..] (K x nr, ld cols_n) = wr (K x CKK) * cols^T; cols is nr x CKK */
+                /* out[:, r0..] (K x nr, ld cols_n) = wr (K x CKK) * cols^T; cols is nr x CKK */
                 HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->k, (int)nr,
-                         (int)g->ckk, 1, j->wr, (int)g->ckk, cols, (int)g->ckk, 0, tmp + r0,
+                         (int)g->ckk, 1, j->wr, (int)g->ckk, cols, (int)g->ckk, 0, out + r0,
                          (int)cols_n);
             }
         } else {
             HSI_FN(im2col)(cols, xg, g, ng);
-            /* tmp (K x cols_n) = w (K x CKK, ld CKK) * cols (CKK x cols_n, ld cols_n) */
+            /* out (K x cols_n) = w (K x CKK, ld CKK) * cols (CKK x cols_n, ld cols_n) */
             HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)cols_n,
-                     (int)g->ckk, 1, j->w, (int)g->ckk, cols, (int)cols_n, 0, tmp, (int)cols_n);
+                     (int)g->ckk, 1, j->w, (int)g->ckk, cols, (int)cols_n, 0, out, (int)cols_n);
         }
-        HSI_FN(scatter_out)(j->y, tmp, j->b, g, n0, ng);
+        if (ng > 1)
+            HSI_FN(scatter_out)(j->y, tmp, j->b, g, n0, ng);
+        else if (j->b)
+            for (int64_t k = 0; k < g->k; k++)
+                for (int64_t o = 0; o < g->out_sp; o++) out[k * g->out_sp + o] += j->b[k];
     }
     return HSI_OK;
 }
@@ -500,11 +516,17 @@ static hsi_status HSI_FN(conv_backward_part)(void *ctx, int t, int nt)
         int64_t cols_n = ng * g->out_sp;
         const T *xg = j->x + n0 * g->c * g->in_sp;
         T beta = j->has_dw[t] ? 1 : 0;
-        /* tmp (K x cols_n): dy of this group, samples side by side */
-        for (int64_t s = 0; s < ng; s++)
-            for (int64_t k = 0; k < g->k; k++)
-                memcpy(tmp + k * cols_n + s * g->out_sp, j->dy + ((n0 + s) * g->k + k) * g->out_sp,
-                       (size_t)g->out_sp * sizeof(T));
+        /* dyg (K x cols_n): dy of this group, samples side by side (in tmp;
+         * dy itself for one sample) */
+        const T *dyg = j->dy + n0 * g->k * g->out_sp;
+        if (ng > 1) {
+            for (int64_t s = 0; s < ng; s++)
+                for (int64_t k = 0; k < g->k; k++)
+                    memcpy(tmp + k * cols_n + s * g->out_sp,
+                           j->dy + ((n0 + s) * g->k + k) * g->out_sp,
+                           (size_t)g->out_sp * sizeof(T));
+            dyg = tmp;
+        }
         if (g->nhwc) {
             /* column rows in chunks of g->chunk, so that each chunk of
              * cols is still in cache when the gemm or the fold reads it */
@@ -513,9 +535,9 @@ static hsi_status HSI_FN(conv_backward_part)(void *ctx, int t, int nt)
                 for (int64_t r0 = 0; r0 < cols_n; r0 += g->chunk) {
                     int64_t nr = cols_n - r0 < g->chunk ? cols_n - r0 : g->chunk;
                     HSI_FN(im2col_nhwc)(cols, xt, g, r0, r0 + nr);
-                    /* dwp (K x CKK, as (K, kk, C)) (+)= tmp[:, r0..] (K x nr) * cols (nr x CKK) */
+                    /* dwp (K x CKK, as (K, kk, C)) (+)= dyg[:, r0..] (K x nr) * cols (nr x CKK) */
                     HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)g->ckk,
-                             (int)nr, 1, tmp + r0, (int)cols_n, cols, (int)g->ckk, beta, dwp,
+                             (int)nr, 1, dyg + r0, (int)cols_n, cols, (int)g->ckk, beta, dwp,
                              (int)g->ckk);
                     beta = 1;
                 }
@@ -523,11 +545,12 @@ static hsi_status HSI_FN(conv_backward_part)(void *ctx, int t, int nt)
             }
             if (j->dx) {
                 memset(xt, 0, (size_t)(ng * g->pad_sp * g->c) * sizeof(T));
+                memset(cols, 0, (size_t)(g->chunk * g->ckk) * sizeof(T));
                 for (int64_t r0 = 0; r0 < cols_n; r0 += g->chunk) {
                     int64_t nr = cols_n - r0 < g->chunk ? cols_n - r0 : g->chunk;
-                    /* cols (nr x CKK) = tmp[:, r0..]^T (nr x K) * wr (K x CKK) */
+                    /* cols (nr x CKK, zero) += dyg[:, r0..]^T (nr x K) * wr (K x CKK) */
                     HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nr, (int)g->ckk,
-                             (int)g->k, 1, tmp + r0, (int)cols_n, j->wr, (int)g->ckk, 0, cols,
+                             (int)g->k, 1, dyg + r0, (int)cols_n, j->wr, (int)g->ckk, 1, cols,
                              (int)g->ckk);
                     HSI_FN(col2im_nhwc)(xt, cols, g, r0, r0 + nr);
                 }
@@ -536,16 +559,16 @@ static hsi_status HSI_FN(conv_backward_part)(void *ctx, int t, int nt)
         } else {
             if (j->want_dw) {
                 HSI_FN(im2col)(cols, xg, g, ng);
-                /* dwp (K x CKK) (+)= tmp (K x cols_n) * cols^T; cols is CKK x cols_n */
+                /* dwp (K x CKK) (+)= dyg (K x cols_n) * cols^T; cols is CKK x cols_n */
                 HSI_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->k, (int)g->ckk,
-                         (int)cols_n, 1, tmp, (int)cols_n, cols, (int)cols_n, beta, dwp,
+                         (int)cols_n, 1, dyg, (int)cols_n, cols, (int)cols_n, beta, dwp,
                          (int)g->ckk);
                 j->has_dw[t] = 1;
             }
             if (j->dx) {
-                /* cols (CKK x cols_n) = w^T (CKK x K; w is K x CKK) * tmp (K x cols_n) */
+                /* cols (CKK x cols_n) = w^T (CKK x K; w is K x CKK) * dyg (K x cols_n) */
                 HSI_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk, (int)cols_n,
-                         (int)g->k, 1, j->w, (int)g->ckk, tmp, (int)cols_n, 0, cols,
+                         (int)g->k, 1, j->w, (int)g->ckk, dyg, (int)cols_n, 0, cols,
                          (int)cols_n);
                 HSI_FN(col2im)(j->dx + n0 * g->c * g->in_sp, cols, g, ng);
             }
