@@ -3,7 +3,8 @@
  * Two column layouts: channels-last (the input group is first transposed to
  * zero-padded (n, D, H, W, C), so each column row copies kW*C contiguous
  * values) when C*kW is large, channels-first (rows of oW values, bounds
- * checked) when it is small (e.g. the first 3-D conv, C = 1).
+ * checked) when it is small (e.g. the first 3-D conv, C = 1). Channels-last
+ * columns are built and consumed in row chunks that stay in L2.
  * With several BLAS threads the batch is split between that many of our own
  * threads (each with its workspace slot and single-threaded BLAS), so the
  * im2col/col2im copies run in parallel too, not only the gemms.
@@ -43,7 +44,9 @@ typedef struct conv_geom {
 /* At most this many threads (and workspace slots) per convolution. */
 #define HSI_CONV_MAX_SLOTS 16
 
-/* Channels-last columns when a row run kW*C is at least this long. */
+/* Channels-last columns when a row run kW*C is at least this long (measured
+ * on hybridsn: C = 8, kW = 3 (run 24) trains about 1.5-2x faster channels-last;
+ * C = 1 (run 3) is faster channels-first). */
 #ifndef HSI_CONV_NHWC_MIN_RUN
 #define HSI_CONV_NHWC_MIN_RUN 16
 #endif
