@@ -104,13 +104,7 @@ static hsi_status save_json(const char *path, cJSON *j)
 {
     char *s = cJSON_Print(j);
     if (!s) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory formatting %s", path);
-    hsi_atomic_file af;
-    hsi_status st = hsi_atomic_open(&af, path);
-    if (st == HSI_OK) {
-        fputs(s, af.fp);
-        fputc('\n', af.fp);
-        st = hsi_atomic_commit(&af);
-    }
+    hsi_status st = hsi_write_file_atomic(path, s, strlen(s));
     free(s);
     return st;
 }

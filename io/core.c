@@ -906,6 +906,18 @@ void hsi_atomic_abort(hsi_atomic_file *af)
     memset(af, 0, sizeof *af);
 }
 
+hsi_status hsi_write_file_atomic(const char *path, const void *data, size_t len)
+{
+    hsi_atomic_file af;
+    hsi_status st = hsi_atomic_open(&af, path);
+    if (st != HSI_OK) return st;
+    if (len && fwrite(data, 1, len, af.fp) != len) {
+        hsi_atomic_abort(&af);
+        return HSI_FAIL(HSI_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    }
+    return hsi_atomic_commit(&af);
+}
+
 double hsi_now(void)
 {
     struct timespec ts;

@@ -238,6 +238,8 @@ typedef struct hsi_atomic_file {
 hsi_status hsi_atomic_open(hsi_atomic_file *af, const char *path);
 hsi_status hsi_atomic_commit(hsi_atomic_file *af);
 void hsi_atomic_abort(hsi_atomic_file *af);
+/* Writes len bytes of data to path atomically (temporary file + rename). */
+hsi_status hsi_write_file_atomic(const char *path, const void *data, size_t len);
 
 /* Progress on a terminal (stderr is a tty and not quiet); silent otherwise. */
 typedef struct hsi_progress {

@@ -147,20 +147,13 @@ hsi_status hsi_metrics_save_json(const hsi_metrics *m, const char *path, const c
                                  const int64_t *label_ids)
 {
     hsi_status st = HSI_OK;
-    hsi_atomic_file af = {0};
     char *text = NULL;
     cJSON *o = hsi_metrics_json(m, names, label_ids);
     if (!o || !(text = cJSON_Print(o))) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "%s: cannot build the metrics JSON", path);
         goto cleanup;
     }
-    HSI_TRY(hsi_atomic_open(&af, path));
-    if (fputs(text, af.fp) < 0 || fputc('\n', af.fp) < 0) {
-        hsi_atomic_abort(&af);
-        st = HSI_FAIL(HSI_ERR_IO, "%s: write failed", path);
-        goto cleanup;
-    }
-    HSI_TRY(hsi_atomic_commit(&af));
+    st = hsi_write_file_atomic(path, text, strlen(text));
 cleanup:
     free(text);
     cJSON_Delete(o);

@@ -739,20 +739,13 @@ hsi_status hsi_split_save_json(const hsi_split *s, const char *path, const char 
                                int with_indices)
 {
     hsi_status st = HSI_OK;
-    hsi_atomic_file af = {0};
     char *text = NULL;
     cJSON *o = hsi_split_json(s, names, with_indices);
     if (!o || !(text = cJSON_Print(o))) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "%s: cannot build the split JSON", path);
         goto cleanup;
     }
-    HSI_TRY(hsi_atomic_open(&af, path));
-    if (fputs(text, af.fp) < 0 || fputc('\n', af.fp) < 0) {
-        hsi_atomic_abort(&af);
-        st = HSI_FAIL(HSI_ERR_IO, "%s: write failed", path);
-        goto cleanup;
-    }
-    HSI_TRY(hsi_atomic_commit(&af));
+    st = hsi_write_file_atomic(path, text, strlen(text));
 cleanup:
     free(text);
     cJSON_Delete(o);
