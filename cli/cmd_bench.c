@@ -327,7 +327,7 @@ HSI_CLI_COMMAND(bench_io, {"bench-io", "(reached as 'hsi bench io')",
 
 static int bench_run(int argc, char **argv)
 {
-    if (argc < 2) return hsi_cli_usage_error("bench", "what? (io, model, kernels ...)");
+    if (argc < 2) return hsi_cli_usage_error("bench", "what? (io, model, layers)");
     char name[64];
     snprintf(name, sizeof name, "bench-%s", argv[1]);
     const hsi_cli_cmd *c = hsi_cli_find(name);
@@ -336,13 +336,14 @@ static int bench_run(int argc, char **argv)
     return c->run(argc - 1, argv + 1);
 }
 
-HSI_CLI_COMMAND(bench, {"bench", "throughput benchmarks: hsi bench io|model|kernels ...",
+HSI_CLI_COMMAND(bench, {"bench", "throughput benchmarks: hsi bench io|model|layers ...",
                         "usage: hsi bench WHAT [OPTIONS]\n"
                         "\n"
                         "  io       open time and full-pass GB/s per interleave vs memcpy\n"
                         "  model    training/inference samples/s of a model (hsi bench model --help)\n"
-                        "  kernels  statistics / fused preprocessing / PCA throughput\n"
+                        "  layers   per-layer forward/backward times of cnn2d\n"
                         "\n"
-                        "make bench runs them all with the Python comparisons (SPy, GDAL,\n"
+                        "make bench runs them (and bench/bench_kernels.sh for statistics, the\n"
+                        "fused pass and PCA) with the Python comparisons (SPy, GDAL,\n"
                         "scikit-learn, PyTorch) in the same run and prints ratios.\n",
                         bench_run})
