@@ -271,9 +271,12 @@ cleanup:
 
 /* Whole-scene prediction by line tiles with a halo of `radius` lines:
  * memory holds one tile of the preprocessed cube, never the whole. map:
- * (L, S) int32 original label ids. */
-static hsi_status predict_scene(int32_t *map, const pipe_state *p, const hsi_view *cube, int batch,
-                                int verbose)
+ * (L, S) int32 original label ids. features: the whole preprocessed
+ * (C, L, S) float32 cube when the caller already has it (training), so
+ * tiles are cut from it instead of running the fused pass again; NULL:
+ * each tile is preprocessed from the raw cube. */
+static hsi_status predict_scene(int32_t *map, const pipe_state *p, const hsi_view *cube,
+                                const hsi_view *features, int batch, int verbose)
 {
     hsi_status st = HSI_OK;
     const int64_t L = cube->shape[1], S = cube->shape[2];
@@ -296,9 +299,13 @@ static hsi_status predict_scene(int32_t *map, const pipe_state *p, const hsi_vie
         hsi_view crop, fc;
         hsi_patcher pt;
         memset(&fc, 0, sizeof fc);
-        HSI_TRY(hsi_view_crop(&crop, cube, a, b - a, 0, S));
-        st = fused_cube(&fc, &crop, &p->norm, p->has_pca ? &p->pca : NULL, NULL);
-        hsi_view_release(&crop);
+        if (features) {
+            st = hsi_view_crop(&fc, features, a, b - a, 0, S);
+        } else {
+            HSI_TRY(hsi_view_crop(&crop, cube, a, b - a, 0, S));
+            st = fused_cube(&fc, &crop, &p->norm, p->has_pca ? &p->pca : NULL, NULL);
+            hsi_view_release(&crop);
+        }
         if (st != HSI_OK) goto cleanup;
         st = hsi_patcher_init(&pt, &fc, p->patch, p->pad, NULL);
         hsi_view_release(&fc);
@@ -885,7 +892,7 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    HSI_TRY(predict_scene(map, &p, &cube.view, c.batch * 2, 0));
+    HSI_TRY(predict_scene(map, &p, &cube.view, &fc, c.batch * 2, 0));
     {
         int64_t nt = sp.n[HSI_ROLE_TEST];
         int32_t *pred = malloc((size_t)(nt ? nt : 1) * sizeof *pred);
@@ -1148,7 +1155,7 @@ hsi_status hsi_predict_run(const char *dir, const char *cube_path, const char *c
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    HSI_TRY(predict_scene(map, &p, &cube.view, batch, verbose));
+    HSI_TRY(predict_scene(map, &p, &cube.view, NULL, batch, verbose));
     HSI_TRY(write_map(out_path, map, L, S, &p, &cube.meta));
 cleanup:
     free(map);
@@ -1187,7 +1194,7 @@ hsi_status hsi_eval_run(const char *dir, const char *cube_path, const char *cube
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    HSI_TRY(predict_scene(map, &p, &cube.view, batch, verbose));
+    HSI_TRY(predict_scene(map, &p, &cube.view, NULL, batch, verbose));
     const int32_t *lm = lab.map.buf->data;
     int64_t n = 0, unknown = 0;
     for (int64_t i = 0; i < L * S; i++) {
