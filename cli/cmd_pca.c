@@ -28,14 +28,17 @@ static const char usage[] =
 
 static int fit(int argc, char **argv)
 {
-    const char *cmd = "pca fit", *in = NULL, *model = NULL, *bands = NULL, *wls = NULL, *mode_s = "none";
+    const char *cmd = "pca fit", *in = NULL, *model = NULL;
+    kcli_opts ko = {.normalize = "none"};
     const char *mask_path = NULL, *v = NULL;
-    int drop_bbl = 0, whiten = 0;
-    long long k = 0, tile = 0, threads = 0;
+    int whiten = 0;
+    long long k = 0;
     double frac = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--drop-bbl")) drop_bbl = 1;
-        else if (!strcmp(argv[i], "--whiten")) whiten = 1;
+        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_BANDS | KCLI_OPT_NORMALIZE | KCLI_OPT_TILES);
+        if (r < 0) return HSI_EXIT_USAGE;
+        if (r) continue;
+        if (!strcmp(argv[i], "--whiten")) whiten = 1;
         else if (hsi_cli_opt(argc, argv, &i, "-k", &v)) {
             if (!hsi_cli_parse_int(cmd, "-k", v, 1, 1 << 20, &k)) return HSI_EXIT_USAGE;
         } else if (hsi_cli_opt(argc, argv, &i, "--variance", &v)) {
@@ -43,16 +46,6 @@ static int fit(int argc, char **argv)
             if (!(frac > 0 && frac <= 1)) return hsi_cli_usage_error(cmd, "--variance expects 0 < F <= 1, got %s", v);
         } else if (hsi_cli_opt(argc, argv, &i, "--mask", &mask_path)) {
             if (!mask_path) return hsi_cli_usage_error(cmd, "--mask needs a label file");
-        } else if (hsi_cli_opt(argc, argv, &i, "--bands", &bands)) {
-            if (!bands) return hsi_cli_usage_error(cmd, "--bands needs a list");
-        } else if (hsi_cli_opt(argc, argv, &i, "--wavelengths", &wls)) {
-            if (!wls) return hsi_cli_usage_error(cmd, "--wavelengths needs ranges");
-        } else if (hsi_cli_opt(argc, argv, &i, "--normalize", &mode_s)) {
-            if (!mode_s) return hsi_cli_usage_error(cmd, "--normalize needs a mode");
-        } else if (hsi_cli_opt(argc, argv, &i, "--tile-lines", &v)) {
-            if (!hsi_cli_parse_int(cmd, "--tile-lines", v, 1, 1 << 30, &tile)) return HSI_EXIT_USAGE;
-        } else if (hsi_cli_opt(argc, argv, &i, "--threads", &v)) {
-            if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 64, &threads)) return HSI_EXIT_USAGE;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!in) {
@@ -67,7 +60,7 @@ static int fit(int argc, char **argv)
     if (k && frac) return hsi_cli_usage_error(cmd, "give -k or --variance, not both");
     if (!k && !frac) k = 10;
     hsi_norm_mode mode;
-    if (hsi_norm_mode_parse(&mode, mode_s) != HSI_OK) return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
+    if (hsi_norm_mode_parse(&mode, ko.normalize) != HSI_OK) return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
 
     hsi_status st = HSI_OK;
     int rc = HSI_EXIT_OK;
@@ -79,13 +72,13 @@ static int fit(int argc, char **argv)
     hsi_cube_init(&c);
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
-    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, bands, wls, drop_bbl));
+    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, ko.bands, ko.wavelengths, ko.drop_bbl));
     if (k > ns) {
         st = HSI_FAIL(HSI_ERR_ARG, "-k %lld: only %lld bands are selected", k, (long long)ns);
         goto cleanup;
     }
     hsi_pca_opts po = {.n_components = k, .variance_fraction = frac, .whiten = whiten};
-    HSI_TRY(kcli_fit(&norm, &pca, &c, sel, ns, mode, mk.open ? &mk.view : NULL, &po, tile, (int)threads));
+    HSI_TRY(kcli_fit(&norm, &pca, &c, sel, ns, mode, mk.open ? &mk.view : NULL, &po, ko.tile_lines, (int)ko.threads));
     HSI_TRY(hsi_pca_save(&pca, model));
     printf("# %s: PCA of %lld bands (normalize %s%s) on %lld pixels -> %s\n", in, (long long)ns,
            hsi_norm_mode_name(mode), whiten ? ", whitened" : "", (long long)pca.n_samples, model);
@@ -108,15 +101,14 @@ cleanup:
 
 static int apply(int argc, char **argv)
 {
-    const char *cmd = "pca apply", *model = NULL, *in = NULL, *out = NULL, *il_s = "bsq", *v = NULL;
-    long long tile = 0, threads = 0;
+    const char *cmd = "pca apply", *model = NULL, *in = NULL, *out = NULL, *il_s = "bsq";
+    kcli_opts ko = {0};
     for (int i = 1; i < argc; i++) {
+        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_TILES);
+        if (r < 0) return HSI_EXIT_USAGE;
+        if (r) continue;
         if (hsi_cli_opt(argc, argv, &i, "--interleave", &il_s)) {
             if (!il_s) return hsi_cli_usage_error(cmd, "--interleave needs bsq, bil or bip");
-        } else if (hsi_cli_opt(argc, argv, &i, "--tile-lines", &v)) {
-            if (!hsi_cli_parse_int(cmd, "--tile-lines", v, 1, 1 << 30, &tile)) return HSI_EXIT_USAGE;
-        } else if (hsi_cli_opt(argc, argv, &i, "--threads", &v)) {
-            if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 64, &threads)) return HSI_EXIT_USAGE;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!model) {
@@ -149,7 +141,7 @@ static int apply(int argc, char **argv)
     char what[256];
     snprintf(what, sizeof what, "hsi pca apply: %s", model);
     HSI_TRY(kcli_out_meta(&om, &c.meta, NULL, 0, &pca, what));
-    HSI_TRY(kcli_write_fused(out, &c, &om, NULL, &pca, il, tile, (int)threads));
+    HSI_TRY(kcli_write_fused(out, &c, &om, NULL, &pca, il, ko.tile_lines, (int)ko.threads));
 cleanup:
     if (st != HSI_OK) rc = hsi_cli_fail(cmd, st);
     hsi_meta_free(&om);

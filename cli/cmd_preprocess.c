@@ -40,21 +40,18 @@ static const char usage[] =
 
 static int run_preprocess(int argc, char **argv)
 {
-    const char *cmd = "preprocess", *in = NULL, *out = NULL, *bands = NULL, *wls = NULL, *mode_s = "none";
+    const char *cmd = "preprocess", *in = NULL, *out = NULL;
+    kcli_opts ko = {.normalize = "none"};
     const char *mask_path = NULL, *model_path = NULL, *il_s = "bsq", *v = NULL;
-    int drop_bbl = 0, whiten = 0;
-    long long k = 0, tile = 0, threads = 0;
+    int whiten = 0;
+    long long k = 0;
     double frac = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--drop-bbl")) drop_bbl = 1;
-        else if (!strcmp(argv[i], "--whiten")) whiten = 1;
-        else if (hsi_cli_opt(argc, argv, &i, "--bands", &bands)) {
-            if (!bands) return hsi_cli_usage_error(cmd, "--bands needs a list");
-        } else if (hsi_cli_opt(argc, argv, &i, "--wavelengths", &wls)) {
-            if (!wls) return hsi_cli_usage_error(cmd, "--wavelengths needs ranges");
-        } else if (hsi_cli_opt(argc, argv, &i, "--normalize", &mode_s)) {
-            if (!mode_s) return hsi_cli_usage_error(cmd, "--normalize needs a mode");
-        } else if (hsi_cli_opt(argc, argv, &i, "--pca", &v)) {
+        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_BANDS | KCLI_OPT_NORMALIZE | KCLI_OPT_TILES);
+        if (r < 0) return HSI_EXIT_USAGE;
+        if (r) continue;
+        if (!strcmp(argv[i], "--whiten")) whiten = 1;
+        else if (hsi_cli_opt(argc, argv, &i, "--pca", &v)) {
             if (!hsi_cli_parse_int(cmd, "--pca", v, 1, 1 << 20, &k)) return HSI_EXIT_USAGE;
         } else if (hsi_cli_opt(argc, argv, &i, "--pca-variance", &v)) {
             if (!hsi_cli_parse_double(cmd, "--pca-variance", v, &frac)) return HSI_EXIT_USAGE;
@@ -65,10 +62,6 @@ static int run_preprocess(int argc, char **argv)
             if (!model_path) return hsi_cli_usage_error(cmd, "--save-model needs a path");
         } else if (hsi_cli_opt(argc, argv, &i, "--interleave", &il_s)) {
             if (!il_s) return hsi_cli_usage_error(cmd, "--interleave needs bsq, bil or bip");
-        } else if (hsi_cli_opt(argc, argv, &i, "--tile-lines", &v)) {
-            if (!hsi_cli_parse_int(cmd, "--tile-lines", v, 1, 1 << 30, &tile)) return HSI_EXIT_USAGE;
-        } else if (hsi_cli_opt(argc, argv, &i, "--threads", &v)) {
-            if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 64, &threads)) return HSI_EXIT_USAGE;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!in) {
@@ -84,7 +77,7 @@ static int run_preprocess(int argc, char **argv)
     if ((whiten || model_path) && !k && !frac)
         return hsi_cli_usage_error(cmd, "--whiten and --save-model need --pca or --pca-variance");
     hsi_norm_mode mode;
-    if (hsi_norm_mode_parse(&mode, mode_s) != HSI_OK) return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
+    if (hsi_norm_mode_parse(&mode, ko.normalize) != HSI_OK) return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
     hsi_interleave il;
     if (!kcli_parse_interleave(cmd, il_s, &il)) return HSI_EXIT_USAGE;
 
@@ -101,21 +94,21 @@ static int run_preprocess(int argc, char **argv)
     double t0 = hsi_now();
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
-    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, bands, wls, drop_bbl));
+    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, ko.bands, ko.wavelengths, ko.drop_bbl));
     hsi_pca_opts po = {.n_components = k, .variance_fraction = frac, .whiten = whiten};
     if (k > ns) {
         st = HSI_FAIL(HSI_ERR_ARG, "--pca %lld: only %lld bands are selected", k, (long long)ns);
         goto cleanup;
     }
     HSI_TRY(kcli_fit(&norm, &pca, &c, sel, ns, mode, mk.open ? &mk.view : NULL, (k || frac) ? &po : NULL,
-                     tile, (int)threads));
+                     ko.tile_lines, (int)ko.threads));
     have_pca = k || frac;
     char what[256];
     snprintf(what, sizeof what, "hsi preprocess: %lld bands, normalize %s%s%s", (long long)ns,
              hsi_norm_mode_name(mode), have_pca ? ", pca" : "", have_pca && whiten ? " (whitened)" : "");
     HSI_TRY(kcli_out_meta(&om, &c.meta, sel, ns, have_pca ? &pca : NULL, what));
     if (model_path) HSI_TRY(hsi_pca_save(&pca, model_path));
-    HSI_TRY(kcli_write_fused(out, &c, &om, have_pca ? NULL : &norm, have_pca ? &pca : NULL, il, tile, (int)threads));
+    HSI_TRY(kcli_write_fused(out, &c, &om, have_pca ? NULL : &norm, have_pca ? &pca : NULL, il, ko.tile_lines, (int)ko.threads));
     if (!hsi_is_quiet()) {
         fprintf(stderr, "hsi preprocess: %s -> %s: %lld bands -> %lld float32 bands (%s) in %.2f s\n", in, out,
                 (long long)c.view.shape[0], (long long)hsi_fused_n_out(&norm, have_pca ? &pca : NULL),

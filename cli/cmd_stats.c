@@ -29,9 +29,13 @@ static const char usage[] =
 static int run_stats(int argc, char **argv)
 {
     const char *cmd = "stats", *in = NULL, *mask_path = NULL, *bands = NULL, *pcts = NULL, *v = NULL;
+    kcli_opts ko = {0};
     int json = 0, no_ignore = 0;
-    long long bins = 1024, tile = 0, threads = 0;
+    long long bins = 1024;
     for (int i = 1; i < argc; i++) {
+        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_TILES);
+        if (r < 0) return HSI_EXIT_USAGE;
+        if (r) continue;
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--no-ignore")) no_ignore = 1;
         else if (hsi_cli_opt(argc, argv, &i, "--mask", &mask_path)) {
@@ -42,10 +46,6 @@ static int run_stats(int argc, char **argv)
             if (!pcts) return hsi_cli_usage_error(cmd, "--percentiles needs a list");
         } else if (hsi_cli_opt(argc, argv, &i, "--bins", &v)) {
             if (!hsi_cli_parse_int(cmd, "--bins", v, 2, 1 << 20, &bins)) return HSI_EXIT_USAGE;
-        } else if (hsi_cli_opt(argc, argv, &i, "--tile-lines", &v)) {
-            if (!hsi_cli_parse_int(cmd, "--tile-lines", v, 1, 1 << 30, &tile)) return HSI_EXIT_USAGE;
-        } else if (hsi_cli_opt(argc, argv, &i, "--threads", &v)) {
-            if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 64, &threads)) return HSI_EXIT_USAGE;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!in) {
@@ -90,8 +90,8 @@ static int run_stats(int argc, char **argv)
                         .hist_bins = nq ? (int)bins : 0,
                         .n_percentiles = nq,
                         .percentiles = q,
-                        .tile_lines = tile,
-                        .n_threads = (int)threads,
+                        .tile_lines = ko.tile_lines,
+                        .n_threads = (int)ko.threads,
                         .progress_label = "stats"};
     int64_t lo = sel[0], hi = sel[0];
     for (int64_t i = 0; i < ns; i++) {

@@ -273,3 +273,27 @@ hsi_status kcli_write_fused(const char *out_hdr, const hsi_cube *c, const hsi_me
 cleanup:
     return st;
 }
+
+int kcli_opt(const char *cmd, int argc, char **argv, int *i, kcli_opts *o, unsigned which)
+{
+    const char *v = NULL;
+    if (which & KCLI_OPT_BANDS) {
+        if (!strcmp(argv[*i], "--drop-bbl")) {
+            o->drop_bbl = 1;
+            return 1;
+        }
+        if (hsi_cli_opt(argc, argv, i, "--bands", &o->bands))
+            return o->bands ? 1 : (hsi_cli_usage_error(cmd, "--bands needs a list"), -1);
+        if (hsi_cli_opt(argc, argv, i, "--wavelengths", &o->wavelengths))
+            return o->wavelengths ? 1 : (hsi_cli_usage_error(cmd, "--wavelengths needs ranges"), -1);
+    }
+    if ((which & KCLI_OPT_NORMALIZE) && hsi_cli_opt(argc, argv, i, "--normalize", &o->normalize))
+        return o->normalize ? 1 : (hsi_cli_usage_error(cmd, "--normalize needs a mode"), -1);
+    if (which & KCLI_OPT_TILES) {
+        if (hsi_cli_opt(argc, argv, i, "--tile-lines", &v))
+            return hsi_cli_parse_int(cmd, "--tile-lines", v, 1, 1 << 30, &o->tile_lines) ? 1 : -1;
+        if (hsi_cli_opt(argc, argv, i, "--threads", &v))
+            return hsi_cli_parse_int(cmd, "--threads", v, 1, 64, &o->threads) ? 1 : -1;
+    }
+    return 0;
+}

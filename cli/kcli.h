@@ -46,6 +46,19 @@ typedef struct kcli_sink {
 hsi_status kcli_sink_tile(void *ctx, const float *tile, int64_t line0, int64_t n_lines, int64_t n_out,
                           int64_t n_samples, int pixel_major);
 
+/* Options the preprocessing commands share. */
+typedef struct kcli_opts {
+    const char *bands, *wavelengths, *normalize; /* --bands, --wavelengths, --normalize */
+    int drop_bbl;                                /* --drop-bbl */
+    long long tile_lines, threads;               /* --tile-lines, --threads (0 = default) */
+} kcli_opts;
+enum { KCLI_OPT_BANDS = 1, KCLI_OPT_NORMALIZE = 2, KCLI_OPT_TILES = 4 };
+/* Parses argv[*i] if it is one of the shared options selected by `which`
+ * (BANDS: --bands --wavelengths --drop-bbl; NORMALIZE: --normalize; TILES:
+ * --tile-lines --threads). Returns 1 when consumed, 0 when it is not one of
+ * them, -1 after printing a usage error. */
+int kcli_opt(const char *cmd, int argc, char **argv, int *i, kcli_opts *o, unsigned which);
+
 /* Parses --interleave bsq|bil|bip. */
 int kcli_parse_interleave(const char *cmd, const char *s, hsi_interleave *out);
 
