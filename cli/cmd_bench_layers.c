@@ -3,7 +3,6 @@
  * pool, global average pool) on random data, best of N repetitions.
  * bench/bench_layers.sh puts PyTorch's time for the same layers beside it.
  * Not a correctness test, and not the engine: kernels only, no graph. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,7 +133,11 @@ static int bench_layers(int argc, char **argv)
             return hsi_cli_usage_error(cmd, "unknown argument '%s'", argv[i]);
         }
     }
-    openblas_set_num_threads((int)threads);
+    {
+        char tb[16]; /* the engine's threads; its BLAS calls run single-threaded */
+        snprintf(tb, sizeof tb, "%lld", threads);
+        setenv("HSI_THREADS", tb, 1);
+    }
     int n = (int)batch, p = (int)patch, h = p / 2, r = (int)reps;
     bl_timing t[8] = {{"conv1", 0, 0}, {"bn1", 0, 0},  {"conv2", 0, 0}, {"bn2", 0, 0},
                       {"maxpool", 0, 0}, {"conv3", 0, 0}, {"bn3", 0, 0},  {"gap", 0, 0}};

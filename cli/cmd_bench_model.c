@@ -2,7 +2,6 @@
  * AdamW) and inference samples/s of a model of the zoo on random data, with
  * the per-step engine memory. bench/bench_model.sh runs PyTorch beside it.
  * Not a correctness test. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +46,11 @@ static int bench_model(int argc, char **argv)
         }
     }
     if (!name) return hsi_cli_usage_error(cmd, "which model? (cnn2d, hybridsn, cnn1d)");
-    openblas_set_num_threads((int)threads);
+    {
+        char tb[16]; /* the engine's threads; its BLAS calls run single-threaded */
+        snprintf(tb, sizeof tb, "%lld", threads);
+        setenv("HSI_THREADS", tb, 1);
+    }
     hsi_manual_seed(1);
     HSI_TRY(hsi_model_create(&m, name, (int)bands, (int)patch, (int)classes, HSI_F32, 1));
     hsi_optim_config cfg;

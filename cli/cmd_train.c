@@ -57,7 +57,7 @@ static const char train_usage[] =
     "  --schedule cosine|constant|step   learning-rate schedule (cosine: 2 warm-up epochs)\n"
     "  --weight-decay X (1e-4)  --patience N (15; early stop on validation OA, 0 = off)\n"
     "  --no-augment        no flips/rotations\n"
-    "  --seed N (1)  --workers N (1)  --prefetch N (2)  --threads N (BLAS threads)\n"
+    "  --seed N (1)  --workers N (1)  --prefetch N (2)  --threads N (engine threads)\n"
     "  --device cpu|cuda|auto   cuda: training steps on the GPU (validation, maps and\n"
     "                      checkpoints on the host; not yet run on a real GPU); auto: cpu\n"
     "  --resume            continue from DIR/train_state.safetensors\n"
@@ -215,7 +215,7 @@ static int run_train_like(int argc, char **argv, const char *cmd, int profile)
     if (c.threads > 0) {
         char buf[16];
         snprintf(buf, sizeof buf, "%d", c.threads);
-        setenv("OPENBLAS_NUM_THREADS", buf, 1);
+        setenv("HSI_THREADS", buf, 1); /* the engine's and the kernels' threads */
     }
     hsi_train_result res;
     /* train.log beside the outputs */

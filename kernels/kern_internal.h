@@ -13,9 +13,10 @@
 extern "C" {
 #endif
 
-/* Threads our kernels use (HSI_THREADS, else online CPUs, capped at 64).
- * Our worker threads never call BLAS; BLAS calls happen on the calling
- * thread and use OpenBLAS's own pthread pool. */
+/* Threads our kernels and the model engine use (HSI_THREADS, else online
+ * CPUs, capped at 64). Preprocessing kernels call BLAS on the calling thread
+ * with OpenBLAS's own pool; the model engine keeps OpenBLAS single-threaded
+ * and splits its work between these threads instead. */
 int hsi_kern_threads(void);
 
 /* Runs fn(ctx, t, n) on n threads (t = 0..n-1; t = 0 on the caller) and

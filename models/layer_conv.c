@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/kern_internal.h"
+#include "models/conv_direct.h"
 #include "models/layers.h"
 
 /* Geometry normalised to 3 spatial dims: a 2-D conv is a 3-D conv with D = 1. */
@@ -169,13 +170,9 @@ static int64_t conv_shared_elems(const conv_geom *g)
     return g->nhwc ? conv_round16(g->k * g->ckk) : 0;
 }
 
-/* Threads of this pass: BLAS's thread count (what the caller asked for),
- * at most the slots of the workspace. */
-static int conv_threads(const conv_geom *g)
-{
-    int nt = openblas_get_num_threads();
-    return nt < 1 ? 1 : nt > g->slots ? g->slots : nt;
-}
+/* Threads of this pass: one per workspace slot (hsi_kern_threads(), at most
+ * one per sample). */
+static int conv_threads(const conv_geom *g) { return g->slots < 1 ? 1 : g->slots; }
 
 size_t hsi_conv_workspace_bytes(const hsi_conv_dims *d, size_t elem_size)
 {
@@ -183,7 +180,12 @@ size_t hsi_conv_workspace_bytes(const hsi_conv_dims *d, size_t elem_size)
     conv_slot s;
     conv_geom_fill(&g, d, elem_size);
     conv_slot_layout(&s, &g);
-    return (size_t)(conv_shared_elems(&g) + g.slots * s.size) * elem_size;
+    size_t bytes = (size_t)(conv_shared_elems(&g) + g.slots * s.size) * elem_size;
+    if (elem_size == sizeof(float) && hsi_conv_direct_usable(d)) {
+        size_t direct = hsi_conv_direct_ws_bytes(d);
+        if (direct > bytes) bytes = direct;
+    }
+    return bytes;
 }
 
 /* First ow at which ow*s - p + kk >= 0, and one past the last at which it is
@@ -207,7 +209,9 @@ static inline void conv_valid_range(int64_t *lo, int64_t *hi, int64_t len, int64
 #define HSI_LAYER_T float
 #define HSI_FN(name) HSI_CAT(name, _f32)
 #define HSI_GEMM cblas_sgemm
+#define HSI_DIRECT 1
 #include "layer_conv.c"
+#undef HSI_DIRECT
 #undef HSI_LAYER_T
 #undef HSI_FN
 #undef HSI_GEMM
@@ -580,14 +584,9 @@ static hsi_status HSI_FN(conv_backward_part)(void *ctx, int t, int nt)
     return HSI_OK;
 }
 
-/* Runs part(job, t, nt) on nt threads, each calling single-threaded BLAS;
- * nt = 1 runs inline with BLAS's own threads. */
+/* Runs part(job, t, nt) on nt threads, each calling single-threaded BLAS. */
 static void HSI_FN(conv_run)(hsi_status (*part)(void *, int, int), HSI_FN(conv_job) *j, int nt)
 {
-    if (nt <= 1) {
-        part(j, 0, 1);
-        return;
-    }
     int prev = hsi_kern_blas_single_begin();
     hsi_status st = hsi_kern_parallel(nt, part, j);
     hsi_kern_blas_single_end(prev);
@@ -597,6 +596,12 @@ static void HSI_FN(conv_run)(hsi_status (*part)(void *, int, int), HSI_FN(conv_j
 void HSI_FN(hsi_conv_forward)(T *y, const T *x, const T *w, const T *b,
                               const hsi_conv_dims *d, void *ws)
 {
+#ifdef HSI_DIRECT
+    if (hsi_conv_direct_usable(d)) {
+        hsi_conv_direct_forward(y, x, w, b, d, ws);
+        return;
+    }
+#endif
     conv_geom g;
     conv_geom_fill(&g, d, sizeof(T));
     T *wr = (T *)ws; /* channels-last only */
@@ -629,6 +634,12 @@ void HSI_FN(hsi_conv_backward)(T *dx, T *dw, T *db, const T *dy, const T *x, con
         }
     }
     if (!dw && !dx) return;
+#ifdef HSI_DIRECT
+    if (hsi_conv_direct_usable(d)) {
+        hsi_conv_direct_backward(dx, dw, dy, x, w, d, ws);
+        return;
+    }
+#endif
     T *wr = (T *)ws; /* channels-last only */
     HSI_FN(conv_job) j = {.g = &g, .x = x, .w = w, .wr = wr, .dy = dy, .dx = dx,
                           .want_dw = dw != NULL, .slots = wr + conv_shared_elems(&g)};

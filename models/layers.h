@@ -51,6 +51,14 @@ void hsi_conv_forward_f64(double *y, const double *x, const double *w, const dou
 void hsi_conv_backward_f64(double *dx, double *dw, double *db, const double *dy,
                            const double *x, const double *w, const hsi_conv_dims *d, void *ws);
 
+/* Which float convolution runs: AUTO takes the direct AVX2 kernels
+ * (models/conv_direct.c) where they apply — stride 1, pad <= kernel - 1, a
+ * CPU with AVX2 and FMA — and im2col + gemm otherwise; GEMM always takes
+ * im2col + gemm (for tests and benchmarks that compare the two). Set it
+ * before sizing workspaces; double always uses im2col + gemm. */
+typedef enum { HSI_CONV_IMPL_AUTO = 0, HSI_CONV_IMPL_GEMM = 1 } hsi_conv_impl;
+void hsi_conv_set_impl(hsi_conv_impl impl);
+
 /* ---------------------------------------------------------------- pooling */
 
 typedef enum { HSI_POOL_MAX = 0, HSI_POOL_AVG = 1 } hsi_pool_kind;

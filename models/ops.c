@@ -8,9 +8,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kern_internal.h"
+
+/* The engine's gemms: OpenBLAS single-threaded, big ones split by rows of C
+ * between our own threads (hsi_kern_threads). OpenBLAS's pool is never
+ * woken inside the engine: its threads spin for a while after each call
+ * and would take a core from the convolution threads that follow. */
+#define ENG_GEMM_SPLIT_FLOPS (1 << 22)
+
+#define ENG_GEMM_DEF(NAME, T, BLAS)                                                            \
+    typedef struct NAME##_job {                                                                \
+        enum CBLAS_TRANSPOSE ta, tb;                                                           \
+        int m, n, k, lda, ldb, ldc;                                                            \
+        T alpha, beta;                                                                         \
+        const T *a, *b;                                                                        \
+        T *c;                                                                                  \
+    } NAME##_job;                                                                              \
+    static hsi_status NAME##_part(void *ctx, int t, int nt)                                    \
+    {                                                                                          \
+        const NAME##_job *j = ctx;                                                             \
+        int64_t r0, r1;                                                                        \
+        hsi_kern_split(j->m, t, nt, &r0, &r1);                                                 \
+        if (r1 > r0) /* rows [r0, r1) of C and of op(A) */                                     \
+            BLAS(CblasRowMajor, j->ta, j->tb, (int)(r1 - r0), j->n, j->k, j->alpha,            \
+                 j->a + (j->ta == CblasNoTrans ? r0 * j->lda : r0), j->lda, j->b, j->ldb,      \
+                 j->beta, j->c + r0 * j->ldc, j->ldc);                                         \
+        return HSI_OK;                                                                         \
+    }                                                                                          \
+    static void NAME(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, \
+                     int m, int n, int k, T alpha, const T *a, int lda, const T *b, int ldb,   \
+                     T beta, T *c, int ldc)                                                    \
+    {                                                                                          \
+        (void)order; /* always row-major here */                                               \
+        NAME##_job j = {ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};                 \
+        int nt = hsi_kern_threads();                                                           \
+        double flops = 2.0 * m * n * k;                                                        \
+        if (nt > m / 16) nt = m / 16;                                                          \
+        if (flops < ENG_GEMM_SPLIT_FLOPS || nt < 2) nt = 1;                                    \
+        int prev = hsi_kern_blas_single_begin();                                               \
+        (void)hsi_kern_parallel(nt, NAME##_part, &j);                                          \
+        hsi_kern_blas_single_end(prev);                                                        \
+    }
+ENG_GEMM_DEF(eng_sgemm, float, cblas_sgemm)
+ENG_GEMM_DEF(eng_dgemm, double, cblas_dgemm)
+
 #define T float
 #define SFX f32
-#define GEMM cblas_sgemm
+#define GEMM eng_sgemm
 #define EXPF expf
 #define ERFF erff
 #include "models/ops_kern.h"
@@ -22,7 +66,7 @@
 
 #define T double
 #define SFX f64
-#define GEMM cblas_dgemm
+#define GEMM eng_dgemm
 #define EXPF exp
 #define ERFF erf
 #include "models/ops_kern.h"

@@ -361,6 +361,14 @@ static void run_conv_vs_ref(const conv_case *cc, int f32)
         memset(ws, 0xFF, wsb);
         hsi_conv_backward_f32(fdx, fdw, fdb, fdy, fx, fw, &d, ws);
         from_f32(y, fy, ny), from_f32(dx, fdx, nx), from_f32(dw, fdw, nw), from_f32(db, fdb, d.k);
+        /* the weight gradient alone (a first layer) comes out the same */
+        for (int64_t i = 0; i < nw; i++) fdw[i] = (float)pre;
+        memset(ws, 0xFF, wsb);
+        hsi_conv_backward_f32(NULL, fdw, NULL, fdy, fx, fw, &d, ws);
+        double *dw2 = dalloc(nw);
+        from_f32(dw2, fdw, nw);
+        CHECK_CLOSE("dw alone", dw2, rdw, nw, 1e-3, 1e-4);
+        free(dw2);
         free(fx), free(fw), free(fb), free(fdy), free(fy), free(fdx), free(fdw), free(fdb);
         /* the inputs were rounded to float: compare with float-sized tolerance */
         CHECK_CLOSE("y", y, ry, ny, 1e-4, 1e-4);
@@ -393,31 +401,37 @@ static void test_conv_vs_definition_f64(void)
         run_conv_vs_ref(&conv_cases[i], 0);
 }
 
+/* float: both implementations (the direct AVX2 kernels take the stride-1
+ * cases on CPUs that have AVX2; im2col + gemm takes every case) */
 static void test_conv_vs_definition_f32(void)
 {
-    for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++)
-        run_conv_vs_ref(&conv_cases[i], 1);
+    for (int impl = 0; impl < 2; impl++) {
+        hsi_conv_set_impl(impl ? HSI_CONV_IMPL_GEMM : HSI_CONV_IMPL_AUTO);
+        for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++)
+            run_conv_vs_ref(&conv_cases[i], 1);
+    }
+    hsi_conv_set_impl(HSI_CONV_IMPL_AUTO);
 }
 
 /* The same cases with the batch split between 1 and 3 threads (BLAS
- * threads and HSI_THREADS, which sizes the workspace slots): 1 runs the
+ * HSI_THREADS, which sizes the workspace slots), both implementations: 1 runs the
  * samples on the caller, 3 splits 2, 3, 20 and 40 samples unevenly and sums
  * per-thread weight-gradient partials. */
 static void test_conv_threads(void)
 {
     const char *prev_env = getenv("HSI_THREADS");
     char *saved = prev_env ? strdup(prev_env) : NULL;
-    int prev_blas = openblas_get_num_threads();
     static const char *counts[2] = {"1", "3"};
     for (int i = 0; i < 2; i++) {
         setenv("HSI_THREADS", counts[i], 1);
-        openblas_set_num_threads(atoi(counts[i]));
         for (size_t c = 0; c < sizeof conv_cases / sizeof *conv_cases; c++) {
             run_conv_vs_ref(&conv_cases[c], 0);
+            hsi_conv_set_impl(HSI_CONV_IMPL_GEMM);
+            run_conv_vs_ref(&conv_cases[c], 1);
+            hsi_conv_set_impl(HSI_CONV_IMPL_AUTO);
             run_conv_vs_ref(&conv_cases[c], 1);
         }
     }
-    openblas_set_num_threads(prev_blas);
     if (saved) setenv("HSI_THREADS", saved, 1);
     else unsetenv("HSI_THREADS");
     free(saved);

@@ -1,0 +1,449 @@
+/* conv_direct.c — direct float convolution (2-D and 3-D, stride 1) with
+ * AVX2 + FMA register tiles; no column matrix, no BLAS.
+ *
+ * The work is an implicit gemm per sample. Forward: out (K, positions) =
+ * w (K, C*taps) x the input read in place: the sample's input is copied
+ * into a zero-padded plane (C, Dp, Hp, Wp) that stays in L2, and a tile of
+ * R <= 6 consecutive output positions x 16 output channels (12 ymm
+ * accumulators) runs over the C*taps reduction with one broadcast load per
+ * position and two loads of packed weights (16 channels of one (c, tap)) per
+ * step — the offset of each (c, tap) in the padded plane comes from a table.
+ * Backward to the input is the same kernel on dy padded by kernel-1-pad with
+ * the filters flipped and transposed. Backward to the weights: for 6 (c, tap)
+ * rows x 16 output channels, sum over the sample's positions of the padded
+ * input at that tap times dy transposed to (positions, K).
+ *
+ * Threads: samples are split between threads (hsi_kern_parallel); each
+ * thread has its own padded planes and weight-gradient partial, and the
+ * partials are added in thread order, so results do not depend on timing.
+ * Used by layer_conv.c (hsi_conv_forward_f32 / hsi_conv_backward_f32). */
+#include "models/conv_direct.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kern_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DC_X86 1
+#include <immintrin.h>
+#define DC_TARGET __attribute__((target("avx2,fma")))
+#else
+#define DC_X86 0
+#define DC_TARGET
+#endif
+
+#define DC_MAX_SLOTS 16
+#define DC_TILE_P 6  /* output positions per register tile */
+#define DC_TILE_K 16 /* output channels per register tile (two ymm) */
+
+static int dc_impl = HSI_CONV_IMPL_AUTO;
+
+void hsi_conv_set_impl(hsi_conv_impl impl) { dc_impl = impl; }
+
+typedef struct dc_geom {
+    int64_t n, c, k, taps, kpad, cpad;
+    int64_t in[3], ker[3], pad[3], out[3]; /* D, H, W (D = 1 for 2-D) */
+    int64_t fp[3], fplane;                 /* padded input plane */
+    int64_t bp[3], bplane;                 /* dy padded by ker-1-pad */
+    int64_t in_sp, out_sp, nkf, nkb;       /* nkf = C*taps, nkb = K*taps */
+    int slots;
+} dc_geom;
+
+typedef struct dc_ws {
+    float *wf, *wb;          /* packed filters: (kpad/16, nkf, 16), (cpad/16, nkb, 16) */
+    int32_t *offf, *offb;    /* plane offset of each (c, tap) / (k, tap) */
+    int32_t *pos;            /* plane offset of each output position (forward plane) */
+    float *slot0;            /* per-thread: plane, dyT, dwp */
+    int64_t plane_len, dyt_len, dwp_len, slot_len;
+} dc_ws;
+
+static int64_t dc_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
+{
+    int o = d->nd == 3 ? 0 : -1;
+    memset(g, 0, sizeof *g);
+    g->n = d->n, g->c = d->c, g->k = d->k;
+    for (int a = 0; a < 3; a++) {
+        int i = o + a;
+        int use = d->nd == 3 || a > 0;
+        g->in[a] = use ? d->in[i] : 1;
+        g->ker[a] = use ? d->ker[i] : 1;
+        g->pad[a] = use ? d->pad[i] : 0;
+        g->out[a] = use ? d->out[i] : 1;
+        g->fp[a] = g->in[a] + 2 * g->pad[a];
+        g->bp[a] = g->out[a] + 2 * (g->ker[a] - 1 - g->pad[a]);
+    }
+    g->fplane = g->fp[0] * g->fp[1] * g->fp[2];
+    g->bplane = g->bp[0] * g->bp[1] * g->bp[2];
+    g->taps = g->ker[0] * g->ker[1] * g->ker[2];
+    g->in_sp = g->in[0] * g->in[1] * g->in[2];
+    g->out_sp = g->out[0] * g->out[1] * g->out[2];
+    g->kpad = dc_round16(g->k), g->cpad = dc_round16(g->c);
+    g->nkf = g->c * g->taps, g->nkb = g->k * g->taps;
+    g->slots = hsi_kern_threads();
+    if (g->slots > DC_MAX_SLOTS) g->slots = DC_MAX_SLOTS;
+    if (g->slots > g->n) g->slots = (int)g->n;
+}
+
+/* Fills the slot lengths and returns the floats before slot 0; with a base
+ * (64-byte aligned), also the pointers. */
+static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
+{
+    int64_t nwf = dc_round16(g->kpad * g->nkf), nwb = dc_round16(g->cpad * g->nkb);
+    int64_t head = nwf + nwb + dc_round16(g->nkf) + dc_round16(g->nkb) + dc_round16(g->out_sp);
+    if (base) {
+        float *p = base;
+        w->wf = p, p += nwf;
+        w->wb = p, p += nwb;
+        w->offf = (int32_t *)p, p += dc_round16(g->nkf);
+        w->offb = (int32_t *)p, p += dc_round16(g->nkb);
+        w->pos = (int32_t *)p, p += dc_round16(g->out_sp);
+        w->slot0 = p;
+    }
+    int64_t a = g->c * g->fplane, b = g->k * g->bplane;
+    w->plane_len = dc_round16(a > b ? a : b);
+    w->dyt_len = dc_round16(g->out_sp * g->kpad);
+    w->dwp_len = dc_round16(g->nkf * g->kpad);
+    w->slot_len = w->plane_len + w->dyt_len + w->dwp_len;
+    return head;
+}
+
+static int dc_cpu_ok(void)
+{
+#if DC_X86
+    static int ok = -1;
+    if (ok < 0) ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return ok;
+#else
+    return 0;
+#endif
+}
+
+int hsi_conv_direct_usable(const hsi_conv_dims *d)
+{
+    if (dc_impl == HSI_CONV_IMPL_GEMM || !dc_cpu_ok()) return 0;
+    for (int i = 0; i < d->nd; i++)
+        if (d->stride[i] != 1 || d->pad[i] > d->ker[i] - 1) return 0;
+    /* plane offsets are int32 */
+    dc_geom g;
+    dc_geom_fill(&g, d);
+    if (g.c * g.fplane > INT32_MAX || g.k * g.bplane > INT32_MAX) return 0;
+    return 1;
+}
+
+size_t hsi_conv_direct_ws_bytes(const hsi_conv_dims *d)
+{
+    dc_geom g;
+    dc_ws w;
+    dc_geom_fill(&g, d);
+    int64_t head = dc_ws_layout(&w, &g, NULL);
+    return (size_t)(head + g.slots * w.slot_len) * sizeof(float);
+}
+
+/* offsets of every (channel, tap) in a plane of dims p[3] with ch_len per channel */
+static void dc_offsets(int32_t *off, int64_t n_ch, int64_t ch_len, const int64_t *ker,
+                       const int64_t *p)
+{
+    int64_t q = 0;
+    for (int64_t c = 0; c < n_ch; c++)
+        for (int64_t a = 0; a < ker[0]; a++)
+            for (int64_t b = 0; b < ker[1]; b++)
+                for (int64_t e = 0; e < ker[2]; e++)
+                    off[q++] = (int32_t)(c * ch_len + (a * p[1] + b) * p[2] + e);
+}
+
+/* ------------------------------------------------------------ micro-kernels */
+
+#if DC_X86
+/* The accumulators are named variables, not arrays: GCC keeps an array of
+ * vectors in registers but also stores it to the stack every iteration. */
+#define DC_ACC_DECL                                                                            \
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,  \
+           a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00
+#define DC_FOR_R(X) X(0, a00, a01) X(1, a10, a11) X(2, a20, a21) X(3, a30, a31) X(4, a40, a41) \
+    X(5, a50, a51)
+
+/* acc (R x 16, packed) = sum over k < nk of in[off[k] + r] * w[k][0..16) */
+static inline __attribute__((always_inline)) DC_TARGET void
+dc_tile(const int R, float *restrict acc, const float *in, const int32_t *restrict off,
+        int64_t nk, const float *restrict w)
+{
+    DC_ACC_DECL;
+    for (int64_t k = 0; k < nk; k++, w += 16) {
+        __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
+        const float *p = in + off[k];
+#define DC_STEP(r, x0, x1)                                                                     \
+    if (R > r) {                                                                               \
+        __m256 v = _mm256_broadcast_ss(p + r);                                                 \
+        x0 = _mm256_fmadd_ps(v, w0, x0);                                                       \
+        x1 = _mm256_fmadd_ps(v, w1, x1);                                                       \
+    }
+        DC_FOR_R(DC_STEP)
+#undef DC_STEP
+    }
+#define DC_STORE(r, x0, x1)                                                                    \
+    if (R > r) {                                                                               \
+        _mm256_storeu_ps(acc + 16 * r, x0);                                                    \
+        _mm256_storeu_ps(acc + 16 * r + 8, x1);                                                \
+    }
+    DC_FOR_R(DC_STORE)
+#undef DC_STORE
+}
+
+/* dwp rows r < R (ld floats apart, 16 channels each) += sum over positions
+ * o < npos of in[off[r] + pos[o]] * dyt[o * ld + 0..16) */
+static inline __attribute__((always_inline)) DC_TARGET void
+dc_dw_tile(const int R, float *restrict dwp, int64_t ld, const float *in,
+           const int32_t *restrict off, const int32_t *restrict pos, int64_t npos,
+           const float *restrict dyt)
+{
+    DC_ACC_DECL;
+    const float *b0 = in + off[0], *b1 = R > 1 ? in + off[1] : in, *b2 = R > 2 ? in + off[2] : in,
+                *b3 = R > 3 ? in + off[3] : in, *b4 = R > 4 ? in + off[4] : in,
+                *b5 = R > 5 ? in + off[5] : in;
+#define DC_LOAD(r, x0, x1)                                                                     \
+    if (R > r) {                                                                               \
+        x0 = _mm256_loadu_ps(dwp + r * ld);                                                    \
+        x1 = _mm256_loadu_ps(dwp + r * ld + 8);                                                \
+    }
+    DC_FOR_R(DC_LOAD)
+#undef DC_LOAD
+    for (int64_t o = 0; o < npos; o++, dyt += ld) {
+        __m256 d0 = _mm256_loadu_ps(dyt), d1 = _mm256_loadu_ps(dyt + 8);
+        int32_t p = pos[o];
+#define DC_STEP(r, x0, x1)                                                                     \
+    if (R > r) {                                                                               \
+        __m256 v = _mm256_broadcast_ss(b##r + p);                                              \
+        x0 = _mm256_fmadd_ps(v, d0, x0);                                                       \
+        x1 = _mm256_fmadd_ps(v, d1, x1);                                                       \
+    }
+        DC_FOR_R(DC_STEP)
+#undef DC_STEP
+    }
+#define DC_STORE(r, x0, x1)                                                                    \
+    if (R > r) {                                                                               \
+        _mm256_storeu_ps(dwp + r * ld, x0);                                                    \
+        _mm256_storeu_ps(dwp + r * ld + 8, x1);                                                \
+    }
+    DC_FOR_R(DC_STORE)
+#undef DC_STORE
+}
+
+#define DC_SWITCH(R, CALL)                                                                     \
+    switch (R) {                                                                               \
+    case 6: CALL(6); break;                                                                    \
+    case 5: CALL(5); break;                                                                    \
+    case 4: CALL(4); break;                                                                    \
+    case 3: CALL(3); break;                                                                    \
+    case 2: CALL(2); break;                                                                    \
+    default: CALL(1); break;                                                                   \
+    }
+
+static DC_TARGET void dc_tile_any(int R, float *acc, const float *in, const int32_t *off,
+                                  int64_t nk, const float *w)
+{
+#define DC_T(n) dc_tile(n, acc, in, off, nk, w)
+    DC_SWITCH(R, DC_T)
+#undef DC_T
+}
+
+static DC_TARGET void dc_dw_tile_any(int R, float *dwp, int64_t ld, const float *in,
+                                     const int32_t *off, const int32_t *pos, int64_t npos,
+                                     const float *dyt)
+{
+#define DC_T(n) dc_dw_tile(n, dwp, ld, in, off, pos, npos, dyt)
+    DC_SWITCH(R, DC_T)
+#undef DC_T
+}
+#else
+static void dc_tile_any(int R, float *acc, const float *in, const int32_t *off, int64_t nk,
+                        const float *w)
+{
+    (void)R, (void)acc, (void)in, (void)off, (void)nk, (void)w; /* never called: not usable */
+}
+static void dc_dw_tile_any(int R, float *dwp, int64_t ld, const float *in, const int32_t *off,
+                           const int32_t *pos, int64_t npos, const float *dyt)
+{
+    (void)R, (void)dwp, (void)ld, (void)in, (void)off, (void)pos, (void)npos, (void)dyt;
+}
+#endif
+
+/* out (n_out, out dims o[3]) (+)= filters wpk (n_out padded to 16 blocks of
+ * (nk, 16)) applied to the padded plane `in` (plane dims p[3]) at stride 1;
+ * off: nk plane offsets; bias (n_out) or NULL; acc: 1 adds to out. */
+static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const float *in,
+                          const int64_t *p, const int32_t *off, int64_t nk, const float *wpk,
+                          const float *bias, int acc)
+{
+    int64_t out_sp = o[0] * o[1] * o[2];
+    float tile[DC_TILE_P * DC_TILE_K];
+    for (int64_t k0 = 0; k0 < n_out; k0 += DC_TILE_K) {
+        const float *wb = wpk + k0 * nk;
+        int64_t nkk = n_out - k0 < DC_TILE_K ? n_out - k0 : DC_TILE_K;
+        for (int64_t a = 0; a < o[0]; a++)
+            for (int64_t b = 0; b < o[1]; b++) {
+                const float *row = in + (a * p[1] + b) * p[2];
+                int64_t o_row = (a * o[1] + b) * o[2];
+                for (int64_t e0 = 0; e0 < o[2]; e0 += DC_TILE_P) {
+                    int R = (int)(o[2] - e0 < DC_TILE_P ? o[2] - e0 : DC_TILE_P);
+                    dc_tile_any(R, tile, row + e0, off, nk, wb);
+                    for (int64_t j = 0; j < nkk; j++) {
+                        float *y = out + (k0 + j) * out_sp + o_row + e0;
+                        float bj = bias ? bias[k0 + j] : 0.0f;
+                        if (acc)
+                            for (int r = 0; r < R; r++) y[r] += tile[r * DC_TILE_K + j];
+                        else
+                            for (int r = 0; r < R; r++) y[r] = tile[r * DC_TILE_K + j] + bj;
+                    }
+                }
+            }
+    }
+}
+
+/* plane (n_ch, p[3]) interior at lead[3] = src (n_ch, s[3]) packed; the
+ * border is left as it is (zeroed once by the caller). */
+static void dc_pad_copy(float *plane, const float *src, int64_t n_ch, const int64_t *s,
+                        const int64_t *p, const int64_t *lead)
+{
+    int64_t plen = p[0] * p[1] * p[2];
+    for (int64_t c = 0; c < n_ch; c++)
+        for (int64_t a = 0; a < s[0]; a++)
+            for (int64_t b = 0; b < s[1]; b++)
+                memcpy(plane + c * plen + ((a + lead[0]) * p[1] + b + lead[1]) * p[2] + lead[2],
+                       src + ((c * s[0] + a) * s[1] + b) * s[2], (size_t)s[2] * sizeof(float));
+}
+
+/* ----------------------------------------------------------------- passes */
+
+typedef struct dc_job {
+    const dc_geom *g;
+    const dc_ws *w;
+    float *y, *dx;
+    const float *x, *b, *dy;
+    int want_dw;
+} dc_job;
+
+static hsi_status dc_forward_part(void *ctx, int t, int nt)
+{
+    const dc_job *j = ctx;
+    const dc_geom *g = j->g;
+    const dc_ws *w = j->w;
+    float *plane = w->slot0 + t * w->slot_len;
+    int64_t s0 = g->n * t / nt, s1 = g->n * (t + 1) / nt;
+    memset(plane, 0, (size_t)(g->c * g->fplane) * sizeof(float));
+    for (int64_t s = s0; s < s1; s++) {
+        dc_pad_copy(plane, j->x + s * g->c * g->in_sp, g->c, g->in, g->fp, g->pad);
+        dc_conv_plane(j->y + s * g->k * g->out_sp, g->k, g->out, plane, g->fp, w->offf, g->nkf,
+                      w->wf, j->b, 0);
+    }
+    return HSI_OK;
+}
+
+static hsi_status dc_backward_part(void *ctx, int t, int nt)
+{
+    const dc_job *j = ctx;
+    const dc_geom *g = j->g;
+    const dc_ws *w = j->w;
+    float *plane = w->slot0 + t * w->slot_len, *dyt = plane + w->plane_len,
+          *dwp = dyt + w->dyt_len;
+    int64_t s0 = g->n * t / nt, s1 = g->n * (t + 1) / nt;
+    if (j->want_dw) {
+        memset(dwp, 0, (size_t)w->dwp_len * sizeof(float));
+        memset(dyt, 0, (size_t)w->dyt_len * sizeof(float));
+        memset(plane, 0, (size_t)(g->c * g->fplane) * sizeof(float));
+        for (int64_t s = s0; s < s1; s++) {
+            const float *dys = j->dy + s * g->k * g->out_sp;
+            dc_pad_copy(plane, j->x + s * g->c * g->in_sp, g->c, g->in, g->fp, g->pad);
+            /* dyt (positions, kpad) = dy of sample s (K, positions) transposed */
+            for (int64_t k = 0; k < g->k; k++)
+                for (int64_t o = 0; o < g->out_sp; o++) dyt[o * g->kpad + k] = dys[k * g->out_sp + o];
+            for (int64_t q0 = 0; q0 < g->nkf; q0 += DC_TILE_P) {
+                int R = (int)(g->nkf - q0 < DC_TILE_P ? g->nkf - q0 : DC_TILE_P);
+                for (int64_t k0 = 0; k0 < g->kpad; k0 += DC_TILE_K)
+                    dc_dw_tile_any(R, dwp + q0 * g->kpad + k0, g->kpad, plane, w->offf + q0,
+                                   w->pos, g->out_sp, dyt + k0);
+            }
+        }
+    }
+    if (j->dx) {
+        int64_t lead[3];
+        for (int a = 0; a < 3; a++) lead[a] = g->ker[a] - 1 - g->pad[a];
+        memset(plane, 0, (size_t)(g->k * g->bplane) * sizeof(float));
+        for (int64_t s = s0; s < s1; s++) {
+            dc_pad_copy(plane, j->dy + s * g->k * g->out_sp, g->k, g->out, g->bp, lead);
+            dc_conv_plane(j->dx + s * g->c * g->in_sp, g->c, g->in, plane, g->bp, w->offb,
+                          g->nkb, w->wb, NULL, 1);
+        }
+    }
+    return HSI_OK;
+}
+
+static int dc_threads(const dc_geom *g) { return g->slots < 1 ? 1 : g->slots; }
+
+/* wf (kpad/16, nkf, 16): wf[k0][q][j] = w[k0 + j][q], zero past K */
+static void dc_pack_forward(float *wf, const float *w, const dc_geom *g)
+{
+    for (int64_t k0 = 0; k0 < g->kpad; k0 += 16)
+        for (int64_t q = 0; q < g->nkf; q++)
+            for (int64_t j = 0; j < 16; j++)
+                wf[(k0 * g->nkf) + q * 16 + j] = k0 + j < g->k ? w[(k0 + j) * g->nkf + q] : 0.0f;
+}
+
+/* wb (cpad/16, nkb, 16): wb[c0][k*taps + t][j] = w[k][c0 + j][taps - 1 - t] (flipped),
+ * zero past C */
+static void dc_pack_backward(float *wb, const float *w, const dc_geom *g)
+{
+    for (int64_t c0 = 0; c0 < g->cpad; c0 += 16)
+        for (int64_t k = 0; k < g->k; k++)
+            for (int64_t t = 0; t < g->taps; t++)
+                for (int64_t j = 0; j < 16; j++)
+                    wb[c0 * g->nkb + (k * g->taps + t) * 16 + j] =
+                        c0 + j < g->c ? w[(k * g->c + c0 + j) * g->taps + g->taps - 1 - t] : 0.0f;
+}
+
+void hsi_conv_direct_forward(float *y, const float *x, const float *w, const float *b,
+                             const hsi_conv_dims *d, void *ws)
+{
+    dc_geom g;
+    dc_ws wl;
+    dc_geom_fill(&g, d);
+    dc_ws_layout(&wl, &g, ws);
+    dc_pack_forward(wl.wf, w, &g);
+    dc_offsets(wl.offf, g.c, g.fplane, g.ker, g.fp);
+    dc_job j = {.g = &g, .w = &wl, .y = y, .x = x, .b = b};
+    (void)hsi_kern_parallel(dc_threads(&g), dc_forward_part, &j); /* parts cannot fail */
+}
+
+void hsi_conv_direct_backward(float *dx, float *dw, const float *dy, const float *x,
+                              const float *w, const hsi_conv_dims *d, void *ws)
+{
+    if (!dx && !dw) return;
+    dc_geom g;
+    dc_ws wl;
+    dc_geom_fill(&g, d);
+    dc_ws_layout(&wl, &g, ws);
+    if (dw) {
+        dc_offsets(wl.offf, g.c, g.fplane, g.ker, g.fp);
+        int64_t o = 0;
+        for (int64_t a = 0; a < g.out[0]; a++)
+            for (int64_t b = 0; b < g.out[1]; b++)
+                for (int64_t e = 0; e < g.out[2]; e++)
+                    wl.pos[o++] = (int32_t)((a * g.fp[1] + b) * g.fp[2] + e);
+    }
+    if (dx) {
+        dc_pack_backward(wl.wb, w, &g);
+        dc_offsets(wl.offb, g.k, g.bplane, g.ker, g.bp);
+    }
+    int nt = dc_threads(&g);
+    dc_job j = {.g = &g, .w = &wl, .dx = dx, .dy = dy, .x = x, .want_dw = dw != NULL};
+    (void)hsi_kern_parallel(nt, dc_backward_part, &j);
+    if (!dw) return;
+    /* dw (K, C*taps) += the partials (C*taps, kpad) of the threads, in thread order */
+    for (int t = 0; t < nt; t++) {
+        const float *p = wl.slot0 + t * wl.slot_len + wl.plane_len + wl.dyt_len;
+        for (int64_t q = 0; q < g.nkf; q++)
+            for (int64_t k = 0; k < g.k; k++) dw[k * g.nkf + q] += p[q * g.kpad + k];
+    }
+}
