@@ -13,7 +13,7 @@ static int bench_model(int argc, char **argv)
     const char *cmd = "bench model", *name = NULL;
     long long batch = 128, bands = 30, patch = 11, classes = 16, threads = 2, steps = 20,
               warmup = 3;
-    int json = 0, rc = HSI_EXIT_FAIL;
+    int json = 0, ops = 0, rc = HSI_EXIT_FAIL;
     hsi_status st = HSI_OK;
     hsi_module *m = NULL;
     hsi_optim *o = NULL;
@@ -37,6 +37,8 @@ static int bench_model(int argc, char **argv)
             if (!hsi_cli_parse_int(cmd, "--warmup", v, 0, 1000000, &warmup)) return HSI_EXIT_USAGE;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--ops")) {
+            ops = 1;
         } else if (argv[i][0] == '-') {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!name) {
@@ -72,6 +74,8 @@ static int bench_model(int argc, char **argv)
     hsi_mem_stats m0 = {0}, m1;
     for (long long s = 0; s < warmup + steps; s++) {
         if (s == warmup) hsi_mem_get(&m0);
+        if (s == warmup && ops) hsi_op_profile(1);
+        hsi_op_profile_mark();
         double t0 = hsi_now();
         hsi_tensor *logits = NULL, *loss = NULL;
         hsi_graph_reset(g);
@@ -92,10 +96,17 @@ static int bench_model(int argc, char **argv)
         loss_v = hsi_tensor_item(loss);
     }
     hsi_mem_get(&m1);
+    if (ops) {
+        hsi_op_profile(0);
+        fprintf(stderr, "per op, training step (ms per step, %lld steps):\n", steps);
+        hsi_op_profile_report(stderr, (int)steps);
+    }
     hsi_module_train(m, 0);
     int prev = hsi_set_grad_enabled(0);
     double t_inf = 0;
     for (long long s = 0; s < warmup + steps; s++) {
+        if (s == warmup && ops) hsi_op_profile(1);
+        hsi_op_profile_mark();
         double t0 = hsi_now();
         hsi_tensor *logits = NULL;
         hsi_graph_reset(g);
@@ -104,6 +115,11 @@ static int bench_model(int argc, char **argv)
         if (s >= warmup) t_inf += hsi_now() - t0;
     }
     hsi_set_grad_enabled(prev);
+    if (ops) {
+        hsi_op_profile(0);
+        fprintf(stderr, "per op, inference batch (ms per batch):\n");
+        hsi_op_profile_report(stderr, (int)steps);
+    }
     HSI_TRY(st);
     double train_sps = (double)(batch * steps) / t_train, infer_sps = (double)(batch * steps) / t_inf;
     if (json) {
@@ -142,11 +158,12 @@ HSI_CLI_COMMAND(bench_model,
                 {"bench-model", "(reached as 'hsi bench model')",
                  "usage: hsi bench model NAME [--batch 128] [--bands 30] [--patch 11]\n"
                  "                             [--classes 16] [--threads 2] [--steps 20]\n"
-                 "                             [--warmup 3] [--json]\n"
+                 "                             [--warmup 3] [--json] [--ops]\n"
                  "\n"
                  "Times training steps (forward, cross-entropy, backward, AdamW) and\n"
                  "no-grad inference batches of model NAME (cnn2d, hybridsn, cnn1d) on random\n"
                  "data and prints samples/s (--json: train_samples_per_s,\n"
-                 "infer_samples_per_s, per-phase ms). bench/bench_model.sh runs PyTorch\n"
+                 "infer_samples_per_s, per-phase ms; --ops: time per op and layer on\n"
+                 "stderr). bench/bench_model.sh runs PyTorch\n"
                  "(bench/torch_cnn2d.py) beside it with the same threads and prints the ratio.\n",
                  bench_model})

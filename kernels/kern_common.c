@@ -1,11 +1,13 @@
-/* kern_common.c — shared machinery of the CPU kernels: static pthread
- * partition, the prep block loader over any strided cube, mmap page release
+/* kern_common.c — shared machinery of the CPU kernels: a persistent
+ * thread pool with static partition, the prep block loader over any strided cube, mmap page release
  * and mask packing. Not a kernel itself; see kern_internal.h. */
 #define _GNU_SOURCE
 #include "kern_internal.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -44,11 +46,84 @@ typedef struct par_arg {
     char msg[512];
 } par_arg;
 
-static void *par_main(void *p)
+static void par_run(par_arg *a)
 {
-    par_arg *a = p;
     a->st = a->fn(a->ctx, a->t, a->n);
     if (a->st != HSI_OK) snprintf(a->msg, sizeof a->msg, "%s", hsi_last_error());
+}
+
+static void *par_main(void *p)
+{
+    par_run(p);
+    return NULL;
+}
+
+/* Threads started for one call and joined at its end: used when the pool is
+ * taken (a call from another thread, or from inside a pool job). */
+static void par_spawn(par_arg *args, int n)
+{
+    pthread_t tids[64];
+    int started[64] = {0};
+    for (int t = 1; t < n; t++) started[t] = pthread_create(&tids[t], NULL, par_main, &args[t]) == 0;
+    for (int t = 1; t < n; t++)
+        if (!started[t]) par_run(&args[t]); /* could not start: run inline */
+    par_run(&args[0]);
+    for (int t = 1; t < n; t++)
+        if (started[t]) pthread_join(tids[t], NULL);
+}
+
+/* The pool: workers started on first use and kept for the life of the
+ * process (a training step makes dozens of parallel calls; starting threads
+ * for each cost page faults and tens of microseconds). One call at a time
+ * owns it (pool_owner); worker w runs part w + 1 of each job. After a job a
+ * worker spins briefly for the next one (consecutive layers follow within
+ * microseconds), then sleeps on the condition variable. */
+static struct {
+    pthread_mutex_t mu, owner;
+    pthread_cond_t work, done;
+    int n_workers;
+    unsigned long gen;   /* job number, bumped for each job */
+    int n;               /* parts of the current job */
+    int pending;         /* workers still running parts of it */
+    par_arg *args;
+    unsigned long start_gen[64]; /* gen when worker w was started (its first job is later) */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, {0}};
+static __thread int pool_worker; /* this thread is a pool worker */
+
+/* spin iterations before sleeping (a few tens of microseconds) */
+#define POOL_SPIN 2000
+#if defined(__x86_64__) || defined(__i386__)
+#define POOL_RELAX() __builtin_ia32_pause()
+#else
+#define POOL_RELAX() ((void)0)
+#endif
+
+static void *pool_main(void *p)
+{
+    int w = (int)(intptr_t)p;
+    unsigned long seen = 0;
+    pool_worker = 1;
+    pthread_mutex_lock(&pool.mu);
+    seen = pool.start_gen[w];
+    for (;;) {
+        if (pool.gen == seen) {
+            pthread_mutex_unlock(&pool.mu);
+            for (int i = 0; i < POOL_SPIN && __atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE) == seen;
+                 i++)
+                POOL_RELAX();
+            pthread_mutex_lock(&pool.mu);
+            while (pool.gen == seen) pthread_cond_wait(&pool.work, &pool.mu);
+        }
+        seen = pool.gen;
+        if (w + 1 < pool.n) {
+            par_arg *a = &pool.args[w + 1];
+            pthread_mutex_unlock(&pool.mu);
+            par_run(a);
+            pthread_mutex_lock(&pool.mu);
+            if (--pool.pending == 0) pthread_cond_signal(&pool.done);
+        }
+    }
     return NULL;
 }
 
@@ -56,18 +131,38 @@ hsi_status hsi_kern_parallel(int n, hsi_status (*fn)(void *ctx, int t, int n), v
 {
     if (n <= 1) return fn(ctx, 0, 1);
     par_arg args[64];
-    pthread_t tids[64];
-    int started[64] = {0};
     if (n > 64) n = 64;
-    for (int t = 0; t < n; t++) {
-        args[t] = (par_arg){fn, ctx, t, n, HSI_OK, {0}};
-        if (t > 0) started[t] = pthread_create(&tids[t], NULL, par_main, &args[t]) == 0;
+    for (int t = 0; t < n; t++) args[t] = (par_arg){fn, ctx, t, n, HSI_OK, {0}};
+    if (pool_worker || pthread_mutex_trylock(&pool.owner) != 0) {
+        par_spawn(args, n);
+    } else {
+        pthread_mutex_lock(&pool.mu);
+        while (pool.n_workers < n - 1) {
+            pool.start_gen[pool.n_workers] = pool.gen;
+            pthread_t tid;
+            pthread_attr_t at;
+            pthread_attr_init(&at);
+            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+            int ok = pthread_create(&tid, &at, pool_main, (void *)(intptr_t)pool.n_workers) == 0;
+            pthread_attr_destroy(&at);
+            if (!ok) break;
+            pool.n_workers++;
+        }
+        int pooled = pool.n_workers < n - 1 ? pool.n_workers + 1 : n;
+        pool.args = args;
+        pool.n = pooled;
+        pool.pending = pooled - 1;
+        __atomic_store_n(&pool.gen, pool.gen + 1, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&pool.work);
+        pthread_mutex_unlock(&pool.mu);
+        par_run(&args[0]);
+        for (int t = pooled; t < n; t++) par_run(&args[t]); /* workers that could not start */
+        pthread_mutex_lock(&pool.mu);
+        while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
+        pool.args = NULL;
+        pthread_mutex_unlock(&pool.mu);
+        pthread_mutex_unlock(&pool.owner);
     }
-    for (int t = 1; t < n; t++)
-        if (!started[t]) par_main(&args[t]); /* could not start: run inline */
-    par_main(&args[0]);
-    for (int t = 1; t < n; t++)
-        if (started[t]) pthread_join(tids[t], NULL);
     for (int t = 0; t < n; t++)
         if (args[t].st != HSI_OK) return hsi_fail(args[t].st, "%s", args[t].msg);
     return HSI_OK;

@@ -1,6 +1,7 @@
 /* layer_bn.c — batch normalisation over (N, C, S) packed arrays (BatchNorm1d
  * on (N, C) or (N, C, L), 2d, 3d), training and eval, forward and backward,
- * in float and double. Not a module: no parameters owned, no allocation.
+ * in float and double, optionally fused with a following ReLU. Channels are
+ * split between threads. Not a module: no parameters owned, no allocation.
  *
  * The type-generic body lives at the bottom of this file, which includes
  * itself twice (float, double) so both precisions run the same code. */
@@ -9,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kern_internal.h"
 #include "models/layers.h"
 
 #define HSI_CAT_(a, b) a##b
@@ -30,18 +32,42 @@
 
 #define T HSI_LAYER_T
 
-/* Sums over one channel c of x (N, C, S): each row of S elements in four
- * partial sums of T (so the compiler can vectorise), rows added in double. */
+/* The channel sums below run each row of S elements in the lanes of one
+ * 32-byte vector of T (GCC/Clang vector extensions: 8 floats or 4 doubles;
+ * the lanes are added in a fixed order, so results do not depend on the
+ * machine), and add the rows in double. */
+typedef T HSI_FN(bn_vec) __attribute__((vector_size(32)));
+#define VT HSI_FN(bn_vec)
+#define BN_L ((int64_t)(32 / sizeof(T)))
+
+static inline VT HSI_FN(bn_load)(const T *p)
+{
+    VT v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline double HSI_FN(bn_lanes)(VT v)
+{
+    T a[32 / sizeof(T)];
+    memcpy(a, &v, sizeof a);
+    double t = 0;
+    for (int64_t l = 0; l < BN_L; l++) t += (double)a[l];
+    return t;
+}
+
+/* sum over channel ch of x (N, C, S) */
 static double HSI_FN(bn_sum)(const T *x, int n, int c, int64_t s, int64_t ch)
 {
     double acc = 0;
     for (int64_t i = 0; i < n; i++) {
         const T *r = x + (i * c + ch) * s;
-        T p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+        VT p = {0};
+        T t = 0;
         int64_t j = 0;
-        for (; j + 4 <= s; j += 4) p0 += r[j], p1 += r[j + 1], p2 += r[j + 2], p3 += r[j + 3];
-        for (; j < s; j++) p0 += r[j];
-        acc += (double)((p0 + p1) + (p2 + p3));
+        for (; j + BN_L <= s; j += BN_L) p += HSI_FN(bn_load)(r + j);
+        for (; j < s; j++) t += r[j];
+        acc += HSI_FN(bn_lanes)(p) + (double)t;
     }
     return acc;
 }
@@ -52,108 +78,199 @@ static double HSI_FN(bn_sqdev)(const T *x, int n, int c, int64_t s, int64_t ch, 
     double acc = 0;
     for (int64_t i = 0; i < n; i++) {
         const T *r = x + (i * c + ch) * s;
-        T p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+        VT p = {0};
+        T t = 0;
         int64_t j = 0;
-        for (; j + 4 <= s; j += 4) {
-            T a = r[j] - m, b = r[j + 1] - m, e = r[j + 2] - m, f = r[j + 3] - m;
-            p0 += a * a, p1 += b * b, p2 += e * e, p3 += f * f;
+        for (; j + BN_L <= s; j += BN_L) {
+            VT d = HSI_FN(bn_load)(r + j) - m;
+            p += d * d;
         }
-        for (; j < s; j++) p0 += (r[j] - m) * (r[j] - m);
-        acc += (double)((p0 + p1) + (p2 + p3));
+        for (; j < s; j++) t += (r[j] - m) * (r[j] - m);
+        acc += HSI_FN(bn_lanes)(p) + (double)t;
     }
     return acc;
 }
 
-/* sum of dy and of dy * (x - m) over channel ch */
-static void HSI_FN(bn_dsums)(double *sum_dy, double *sum_dyxm, const T *dy, const T *x, int n,
-                             int c, int64_t s, int64_t ch, T m)
+/* sums of g and g * (x - m) over channel ch, g = dy, or dy masked where
+ * yr <= 0 (fused ReLU; yr NULL: no mask) */
+static void HSI_FN(bn_dsums)(double *sum_dy, double *sum_dyxm, const T *dy, const T *yr,
+                             const T *x, int n, int c, int64_t s, int64_t ch, T m)
 {
     double a0 = 0, a1 = 0;
+    const VT zero = {0};
     for (int64_t i = 0; i < n; i++) {
-        const T *g = dy + (i * c + ch) * s, *r = x + (i * c + ch) * s;
-        T p0 = 0, p1 = 0, q0 = 0, q1 = 0;
+        int64_t o = (i * c + ch) * s;
+        const T *g = dy + o, *r = x + o, *q = yr ? yr + o : NULL;
+        VT p = {0}, u = {0};
+        T tp = 0, tu = 0;
         int64_t j = 0;
-        for (; j + 2 <= s; j += 2) {
-            p0 += g[j], p1 += g[j + 1];
-            q0 += g[j] * (r[j] - m), q1 += g[j + 1] * (r[j + 1] - m);
+        for (; j + BN_L <= s; j += BN_L) {
+            VT gv = HSI_FN(bn_load)(g + j);
+            if (q) /* lanes where y <= 0 get 0: AND with the all-ones/zero compare mask */
+                gv = (VT)((__typeof__(gv > zero))gv & (HSI_FN(bn_load)(q + j) > zero));
+            p += gv, u += gv * (HSI_FN(bn_load)(r + j) - m);
         }
-        for (; j < s; j++) p0 += g[j], q0 += g[j] * (r[j] - m);
-        a0 += (double)(p0 + p1), a1 += (double)(q0 + q1);
+        for (; j < s; j++) {
+            T gv = !q || q[j] > 0 ? g[j] : 0;
+            tp += gv, tu += gv * (r[j] - m);
+        }
+        a0 += HSI_FN(bn_lanes)(p) + (double)tp, a1 += HSI_FN(bn_lanes)(u) + (double)tu;
     }
     *sum_dy = a0, *sum_dyxm = a1;
+}
+
+/* One pass's arguments; threads split the channels (each channel is done
+ * by one thread with the same arithmetic, so results do not depend on the
+ * thread count). */
+typedef struct HSI_FN(bn_job) {
+    T *y, *save_mean, *save_invstd, *running_mean, *running_var, *dx, *dgamma, *dbeta;
+    const T *x, *gamma, *beta, *dy, *yr, *mean, *invstd;
+    int n, c, training, relu; /* relu: forward clamps y at 0; backward masks dy by yr > 0 */
+    int64_t s;
+    T eps, momentum;
+} HSI_FN(bn_job);
+
+static hsi_status HSI_FN(bn_fwd_part)(void *ctx, int t, int nt)
+{
+    const HSI_FN(bn_job) *j = ctx;
+    int n = j->n, c = j->c;
+    int64_t s = j->s, c0, c1;
+    hsi_kern_split(c, t, nt, &c0, &c1);
+    double count = (double)n * (double)s;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        T mean, invstd;
+        if (j->training) {
+            double m = HSI_FN(bn_sum)(j->x, n, c, s, ch) / count;
+            double var = HSI_FN(bn_sqdev)(j->x, n, c, s, ch, (T)m) / count;
+            mean = (T)m;
+            invstd = (T)(1.0 / sqrt(var + (double)j->eps));
+            if (j->save_mean) j->save_mean[ch] = mean;
+            if (j->save_invstd) j->save_invstd[ch] = invstd;
+            if (j->running_mean && j->running_var) {
+                /* PyTorch: unbiased variance in the running estimate (it refuses a
+                 * single value per channel in training; here the biased one is kept) */
+                double unbiased = count > 1 ? var * count / (count - 1) : var;
+                j->running_mean[ch] = (T)((1 - (double)j->momentum) * j->running_mean[ch] +
+                                          (double)j->momentum * m);
+                j->running_var[ch] = (T)((1 - (double)j->momentum) * j->running_var[ch] +
+                                         (double)j->momentum * unbiased);
+            }
+        } else {
+            mean = j->running_mean[ch];
+            invstd = (T)(1.0 / sqrt((double)j->running_var[ch] + (double)j->eps));
+        }
+        T scale = j->gamma ? j->gamma[ch] * invstd : invstd;
+        T shift = (j->beta ? j->beta[ch] : (T)0) - mean * scale;
+        for (int64_t i = 0; i < n; i++) {
+            const T *r = j->x + (i * c + ch) * s;
+            T *o = j->y + (i * c + ch) * s;
+            if (j->relu)
+                for (int64_t e = 0; e < s; e++) {
+                    T v = r[e] * scale + shift;
+                    o[e] = v > 0 ? v : 0;
+                }
+            else
+                for (int64_t e = 0; e < s; e++) o[e] = r[e] * scale + shift;
+        }
+    }
+    return HSI_OK;
+}
+
+static hsi_status HSI_FN(bn_bwd_part)(void *ctx, int t, int nt)
+{
+    const HSI_FN(bn_job) *j = ctx;
+    int n = j->n, c = j->c;
+    int64_t s = j->s, c0, c1;
+    hsi_kern_split(c, t, nt, &c0, &c1);
+    double count = (double)n * (double)s;
+    const T *yr = j->yr;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        T m = j->mean[ch], is = j->invstd[ch];
+        double sum_dy, sum_dyxm;
+        HSI_FN(bn_dsums)(&sum_dy, &sum_dyxm, j->dy, yr, j->x, n, c, s, ch, m);
+        double sum_dyxhat = sum_dyxm * (double)is; /* sum dy * xhat */
+        if (j->dgamma) j->dgamma[ch] += (T)sum_dyxhat;
+        if (j->dbeta) j->dbeta[ch] += (T)sum_dy;
+        if (!j->dx) continue;
+        T gis = (j->gamma ? j->gamma[ch] : (T)1) * is;
+        /* training: dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)),
+         * xhat = (x - m) * invstd; folded as dy*a + (x - m)*b + e
+         * (x - m first: no cancellation when |mean| >> std). Eval: dy * gis. */
+        T k = (T)(sum_dyxhat / count) * is; /* mean(dy*xhat) * invstd */
+        T a = gis, b = j->training ? -gis * k : 0, e = j->training ? -gis * (T)(sum_dy / count) : 0;
+        for (int64_t i = 0; i < n; i++) {
+            const T *g = j->dy + (i * c + ch) * s, *r = j->x + (i * c + ch) * s;
+            T *o = j->dx + (i * c + ch) * s;
+            if (yr) {
+                const T *q = yr + (i * c + ch) * s;
+                for (int64_t f = 0; f < s; f++)
+                    o[f] += (q[f] > 0 ? g[f] : 0) * a + (r[f] - m) * b + e;
+            } else if (j->training) {
+                for (int64_t f = 0; f < s; f++) o[f] += g[f] * a + (r[f] - m) * b + e;
+            } else {
+                for (int64_t f = 0; f < s; f++) o[f] += g[f] * a;
+            }
+        }
+    }
+    return HSI_OK;
+}
+
+/* threads for a pass over n*c*s values: one below about 64 Ki values */
+static int HSI_FN(bn_threads)(int n, int c, int64_t s)
+{
+    int nt = hsi_kern_threads();
+    double work = (double)n * (double)c * (double)s;
+    if (work < 65536) nt = 1;
+    return nt > c ? c : nt;
+}
+
+static void HSI_FN(bn_forward_any)(T *y, T *save_mean, T *save_invstd, T *running_mean,
+                                   T *running_var, const T *x, const T *gamma, const T *beta,
+                                   int n, int c, int64_t s, T eps, T momentum, int training,
+                                   int relu)
+{
+    HSI_FN(bn_job) j = {.y = y, .save_mean = save_mean, .save_invstd = save_invstd,
+                        .running_mean = running_mean, .running_var = running_var, .x = x,
+                        .gamma = gamma, .beta = beta, .relu = relu, .n = n, .c = c,
+                        .s = s, .eps = eps, .momentum = momentum, .training = training};
+    (void)hsi_kern_parallel(HSI_FN(bn_threads)(n, c, s), HSI_FN(bn_fwd_part), &j);
 }
 
 void HSI_FN(hsi_bn_forward)(T *y, T *save_mean, T *save_invstd, T *running_mean,
                             T *running_var, const T *x, const T *gamma, const T *beta, int n,
                             int c, int64_t s, T eps, T momentum, int training)
 {
-    double count = (double)n * (double)s;
-    for (int64_t ch = 0; ch < c; ch++) {
-        T mean, invstd;
-        if (training) {
-            double m = HSI_FN(bn_sum)(x, n, c, s, ch) / count;
-            double var = HSI_FN(bn_sqdev)(x, n, c, s, ch, (T)m) / count;
-            mean = (T)m;
-            invstd = (T)(1.0 / sqrt(var + (double)eps));
-            if (save_mean) save_mean[ch] = mean;
-            if (save_invstd) save_invstd[ch] = invstd;
-            if (running_mean && running_var) {
-                /* PyTorch: unbiased variance in the running estimate (it refuses a
-                 * single value per channel in training; here the biased one is kept) */
-                double unbiased = count > 1 ? var * count / (count - 1) : var;
-                running_mean[ch] = (T)((1 - (double)momentum) * running_mean[ch] +
-                                       (double)momentum * m);
-                running_var[ch] = (T)((1 - (double)momentum) * running_var[ch] +
-                                      (double)momentum * unbiased);
-            }
-        } else {
-            mean = running_mean[ch];
-            invstd = (T)(1.0 / sqrt((double)running_var[ch] + (double)eps));
-        }
-        T scale = gamma ? gamma[ch] * invstd : invstd;
-        T shift = (beta ? beta[ch] : (T)0) - mean * scale;
-        for (int64_t i = 0; i < n; i++) {
-            const T *r = x + (i * c + ch) * s;
-            T *o = y + (i * c + ch) * s;
-            for (int64_t j = 0; j < s; j++) o[j] = r[j] * scale + shift;
-        }
-    }
+    HSI_FN(bn_forward_any)(y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta,
+                           n, c, s, eps, momentum, training, 0);
+}
+
+void HSI_FN(hsi_bn_relu_forward)(T *y, T *save_mean, T *save_invstd, T *running_mean,
+                                 T *running_var, const T *x, const T *gamma, const T *beta,
+                                 int n, int c, int64_t s, T eps, T momentum, int training)
+{
+    HSI_FN(bn_forward_any)(y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta,
+                           n, c, s, eps, momentum, training, 1);
 }
 
 void HSI_FN(hsi_bn_backward)(T *dx, T *dgamma, T *dbeta, const T *dy, const T *x,
                              const T *gamma, const T *save_mean, const T *save_invstd, int n,
                              int c, int64_t s, int training)
 {
-    double count = (double)n * (double)s;
-    for (int64_t ch = 0; ch < c; ch++) {
-        T m = save_mean[ch], is = save_invstd[ch];
-        double sum_dy, sum_dyxm;
-        HSI_FN(bn_dsums)(&sum_dy, &sum_dyxm, dy, x, n, c, s, ch, m);
-        double sum_dyxhat = sum_dyxm * (double)is; /* sum dy * xhat */
-        if (dgamma) dgamma[ch] += (T)sum_dyxhat;
-        if (dbeta) dbeta[ch] += (T)sum_dy;
-        if (!dx) continue;
-        T gis = (gamma ? gamma[ch] : (T)1) * is;
-        if (training) {
-            /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)),
-             * xhat = (x - m) * invstd; folded as dy*a + (x - m)*b + e
-             * (x - m first: no cancellation when |mean| >> std) */
-            T k = (T)(sum_dyxhat / count) * is; /* mean(dy*xhat) * invstd */
-            T a = gis, b = -gis * k, e = -gis * (T)(sum_dy / count);
-            for (int64_t i = 0; i < n; i++) {
-                const T *g = dy + (i * c + ch) * s, *r = x + (i * c + ch) * s;
-                T *o = dx + (i * c + ch) * s;
-                for (int64_t j = 0; j < s; j++) o[j] += g[j] * a + (r[j] - m) * b + e;
-            }
-        } else {
-            for (int64_t i = 0; i < n; i++) {
-                const T *g = dy + (i * c + ch) * s;
-                T *o = dx + (i * c + ch) * s;
-                for (int64_t j = 0; j < s; j++) o[j] += g[j] * gis;
-            }
-        }
-    }
+    HSI_FN(hsi_bn_relu_backward)(dx, dgamma, dbeta, dy, x, NULL, gamma, save_mean, save_invstd,
+                                 n, c, s, training);
 }
 
+void HSI_FN(hsi_bn_relu_backward)(T *dx, T *dgamma, T *dbeta, const T *dy, const T *x,
+                                  const T *y, const T *gamma, const T *save_mean,
+                                  const T *save_invstd, int n, int c, int64_t s, int training)
+{
+    HSI_FN(bn_job) j = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x, .yr = y,
+                        .gamma = gamma, .mean = save_mean, .invstd = save_invstd, .n = n,
+                        .c = c, .s = s, .training = training};
+    (void)hsi_kern_parallel(HSI_FN(bn_threads)(n, c, s), HSI_FN(bn_bwd_part), &j);
+}
+
+#undef BN_L
+#undef VT
 #undef T
 #endif

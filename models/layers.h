@@ -109,6 +109,25 @@ void hsi_bn_forward_f32(float *y, float *save_mean, float *save_invstd, float *r
 void hsi_bn_backward_f32(float *dx, float *dgamma, float *dbeta, const float *dy,
                          const float *x, const float *gamma, const float *save_mean,
                          const float *save_invstd, int n, int c, int64_t s, int training);
+/* Batch norm followed by ReLU in one pass: y = max(0, bn(x)), same
+ * arguments as hsi_bn_forward. Backward takes that y as well and masks dy
+ * where y <= 0 (PyTorch's ReLU gradient) before the batch-norm backward. */
+void hsi_bn_relu_forward_f32(float *y, float *save_mean, float *save_invstd,
+                             float *running_mean, float *running_var, const float *x,
+                             const float *gamma, const float *beta, int n, int c, int64_t s,
+                             float eps, float momentum, int training);
+void hsi_bn_relu_backward_f32(float *dx, float *dgamma, float *dbeta, const float *dy,
+                              const float *x, const float *y, const float *gamma,
+                              const float *save_mean, const float *save_invstd, int n, int c,
+                              int64_t s, int training);
+void hsi_bn_relu_forward_f64(double *y, double *save_mean, double *save_invstd,
+                             double *running_mean, double *running_var, const double *x,
+                             const double *gamma, const double *beta, int n, int c, int64_t s,
+                             double eps, double momentum, int training);
+void hsi_bn_relu_backward_f64(double *dx, double *dgamma, double *dbeta, const double *dy,
+                              const double *x, const double *y, const double *gamma,
+                              const double *save_mean, const double *save_invstd, int n, int c,
+                              int64_t s, int training);
 /* ..._f64 versions with the same arguments in double */
 void hsi_bn_forward_f64(double *y, double *save_mean, double *save_invstd, double *running_mean,
                         double *running_var, const double *x, const double *gamma,

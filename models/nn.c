@@ -261,7 +261,25 @@ hsi_status hsi_module_forward(hsi_tensor **out, hsi_module *m, hsi_graph *g, hsi
     hsi_status st = HSI_OK;
     if (m->kind == HSI_MOD_SEQUENTIAL) {
         hsi_tensor *h = x;
-        for (int i = 0; i < m->n_children; i++) HSI_TRY(hsi_module_forward(&h, m->children[i], g, h));
+        for (int i = 0; i < m->n_children; i++) {
+            hsi_module *c = m->children[i];
+            if (c->kind == HSI_MOD_BATCHNORM && i + 1 < m->n_children &&
+                m->children[i + 1]->kind == HSI_MOD_RELU) {
+                /* batch norm + ReLU as one node (recorded under the batch norm's name) */
+                const char *prev = hsi_set_layer_name(c->name);
+                st = hsi_batch_norm_relu(&h, g, h, own(c, "weight"), own(c, "bias"),
+                                         own(c, "running_mean"), own(c, "running_var"),
+                                         own(c, "num_batches_tracked"), c->training,
+                                         c->momentum, c->eps);
+                hsi_set_layer_name(prev);
+                if (st != HSI_OK && !strstr(hsi_last_error(), "anomaly"))
+                    hsi_fail_context(st, "layer '%s'", c->name);
+                HSI_TRY(st);
+                i++;
+                continue;
+            }
+            HSI_TRY(hsi_module_forward(&h, c, g, h));
+        }
         *out = h;
         return HSI_OK;
     }

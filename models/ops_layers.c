@@ -198,7 +198,7 @@ cleanup:
 
 typedef struct bn_saved {
     void *mean, *invstd; /* (C) */
-    int training;
+    int training, relu;  /* relu: fused ReLU, the node's output masks the gradient */
 } bn_saved;
 
 static hsi_status bw_bn(hsi_node *n)
@@ -210,14 +210,15 @@ static hsi_status bw_bn(hsi_node *n)
     void *db = n->in[2] ? hsi_node_grad_in(n, 2) : NULL;
     if (!dx && !dg && !db) return HSI_OK;
     int N = (int)x->data.shape[0], C = (int)x->data.shape[1];
+    const void *y = s->relu ? hsi_tensor_ptr(n->out) : NULL;
     if (IS32(x))
-        hsi_bn_backward_f32(dx, dg, db, hsi_node_grad_out(n), hsi_tensor_ptr(x),
-                            gamma ? hsi_tensor_ptr(gamma) : NULL, s->mean, s->invstd, N, C,
-                            spatial(x), s->training);
+        hsi_bn_relu_backward_f32(dx, dg, db, hsi_node_grad_out(n), hsi_tensor_ptr(x), y,
+                                 gamma ? hsi_tensor_ptr(gamma) : NULL, s->mean, s->invstd, N, C,
+                                 spatial(x), s->training);
     else
-        hsi_bn_backward_f64(dx, dg, db, hsi_node_grad_out(n), hsi_tensor_ptr(x),
-                            gamma ? hsi_tensor_ptr(gamma) : NULL, s->mean, s->invstd, N, C,
-                            spatial(x), s->training);
+        hsi_bn_relu_backward_f64(dx, dg, db, hsi_node_grad_out(n), hsi_tensor_ptr(x), y,
+                                 gamma ? hsi_tensor_ptr(gamma) : NULL, s->mean, s->invstd, N, C,
+                                 spatial(x), s->training);
     return HSI_OK;
 }
 
@@ -236,12 +237,13 @@ static hsi_status check_c(const char *arg, hsi_tensor *t, const hsi_tensor *x)
     return HSI_OK;
 }
 
-hsi_status hsi_batch_norm(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *gamma,
-                          hsi_tensor *beta, hsi_tensor *running_mean, hsi_tensor *running_var,
-                          hsi_tensor *num_batches, int training, double momentum, double eps)
+static hsi_status batch_norm_any(hsi_tensor **out, hsi_graph *g, hsi_tensor *x,
+                                 hsi_tensor *gamma, hsi_tensor *beta, hsi_tensor *running_mean,
+                                 hsi_tensor *running_var, hsi_tensor *num_batches, int training,
+                                 double momentum, double eps, int relu)
 {
     hsi_status st = HSI_OK;
-    const char *op = "batch_norm";
+    const char *op = relu ? "batch_norm_relu" : "batch_norm";
     HSI_TRY(hsi_eng_check_float(x, op, "x"));
     if (x->data.ndim < 2) return shape_err(op, "x", x, "(N, C) or (N, C, ...)");
     HSI_TRY(check_c("weight", gamma, x));
@@ -262,6 +264,7 @@ hsi_status hsi_batch_norm(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_ten
     s->mean = hsi_graph_scratch(g, (size_t)C * esz);
     s->invstd = hsi_graph_scratch(g, (size_t)C * esz);
     s->training = training;
+    s->relu = relu;
     if (!s->mean || !s->invstd) return HSI_FAIL(HSI_ERR_NOMEM, "batch_norm: out of arena memory");
     HSI_TRY(hsi_op_output(out, g, x->data.dtype, x->data.ndim, x->data.shape));
     void *rm = running_mean ? hsi_tensor_ptr(running_mean) : NULL;
@@ -277,11 +280,13 @@ hsi_status hsi_batch_norm(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_ten
         }
     }
     if (IS32(x))
-        hsi_bn_forward_f32(hsi_tensor_ptr(*out), s->mean, s->invstd, rm, rv, hsi_tensor_ptr(x),
-                           gp, bp, N, C, S, (float)eps, (float)momentum, training);
+        (relu ? hsi_bn_relu_forward_f32 : hsi_bn_forward_f32)(
+            hsi_tensor_ptr(*out), s->mean, s->invstd, rm, rv, hsi_tensor_ptr(x), gp, bp, N, C, S,
+            (float)eps, (float)momentum, training);
     else
-        hsi_bn_forward_f64(hsi_tensor_ptr(*out), s->mean, s->invstd, rm, rv, hsi_tensor_ptr(x),
-                           gp, bp, N, C, S, eps, momentum, training);
+        (relu ? hsi_bn_relu_forward_f64 : hsi_bn_forward_f64)(
+            hsi_tensor_ptr(*out), s->mean, s->invstd, rm, rv, hsi_tensor_ptr(x), gp, bp, N, C, S,
+            eps, momentum, training);
     if (training && num_batches && num_batches->data.dtype == HSI_I64)
         (*(int64_t *)hsi_tensor_ptr(num_batches))++;
     hsi_tensor *ins[3] = {x, gamma, beta};
@@ -290,4 +295,21 @@ hsi_status hsi_batch_norm(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_ten
     HSI_TRY(hsi_op_check(*out, op));
 cleanup:
     return st;
+}
+
+hsi_status hsi_batch_norm(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *gamma,
+                          hsi_tensor *beta, hsi_tensor *running_mean, hsi_tensor *running_var,
+                          hsi_tensor *num_batches, int training, double momentum, double eps)
+{
+    return batch_norm_any(out, g, x, gamma, beta, running_mean, running_var, num_batches,
+                          training, momentum, eps, 0);
+}
+
+hsi_status hsi_batch_norm_relu(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *gamma,
+                               hsi_tensor *beta, hsi_tensor *running_mean,
+                               hsi_tensor *running_var, hsi_tensor *num_batches, int training,
+                               double momentum, double eps)
+{
+    return batch_norm_any(out, g, x, gamma, beta, running_mean, running_var, num_batches,
+                          training, momentum, eps, 1);
 }

@@ -128,6 +128,64 @@ int hsi_set_grad_enabled(int on)
 int hsi_is_grad_enabled(void) { return !tl_no_grad; }
 void hsi_set_anomaly(int on) { g_anomaly = on; }
 int hsi_anomaly_enabled(void) { return g_anomaly; }
+/* ------------------------------------------------------ op profiler */
+
+#define PROF_MAX 256
+typedef struct prof_entry {
+    const char *op, *layer; /* compared by pointer: both are static / module-owned */
+    double fwd, bwd;
+} prof_entry;
+static struct {
+    int on, n;
+    double mark;
+    prof_entry e[PROF_MAX];
+} g_prof;
+
+void hsi_op_profile(int on)
+{
+    if (on) g_prof.n = 0;
+    g_prof.on = on;
+    g_prof.mark = hsi_now();
+}
+
+void hsi_op_profile_mark(void) { g_prof.mark = hsi_now(); }
+
+static void prof_add(const char *op, const char *layer, double fwd, double bwd)
+{
+    int i = 0;
+    while (i < g_prof.n && !(g_prof.e[i].op == op && g_prof.e[i].layer == layer)) i++;
+    if (i == g_prof.n) {
+        if (g_prof.n == PROF_MAX) return;
+        g_prof.e[g_prof.n++] = (prof_entry){op, layer, 0, 0};
+    }
+    g_prof.e[i].fwd += fwd, g_prof.e[i].bwd += bwd;
+}
+
+static int prof_cmp(const void *a, const void *b)
+{
+    const prof_entry *x = a, *y = b;
+    double u = x->fwd + x->bwd, v = y->fwd + y->bwd;
+    return u < v ? 1 : u > v ? -1 : 0;
+}
+
+void hsi_op_profile_report(FILE *f, int steps)
+{
+    prof_entry e[PROF_MAX];
+    int n = g_prof.n;
+    double tf = 0, tb = 0, k = steps > 0 ? 1e3 / steps : 1e3;
+    memcpy(e, g_prof.e, sizeof e[0] * (size_t)n);
+    qsort(e, (size_t)n, sizeof e[0], prof_cmp);
+    fprintf(f, "  %-18s %-14s %10s %10s %10s\n", "op", "layer", "fwd ms", "bwd ms", "total");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "  %-18s %-14s %10.3f %10.3f %10.3f\n", e[i].op,
+                e[i].layer ? e[i].layer : "-", e[i].fwd * k, e[i].bwd * k,
+                (e[i].fwd + e[i].bwd) * k);
+        tf += e[i].fwd, tb += e[i].bwd;
+    }
+    fprintf(f, "  %-18s %-14s %10.3f %10.3f %10.3f\n", "all ops", "", tf * k, tb * k,
+            (tf + tb) * k);
+}
+
 const char *hsi_set_layer_name(const char *name)
 {
     const char *prev = tl_layer;
@@ -486,6 +544,11 @@ hsi_status hsi_op_output(hsi_tensor **out, hsi_graph *g, hsi_dtype dtype, int nd
 hsi_node *hsi_op_record(hsi_graph *g, const char *op, hsi_backward_fn bw, hsi_tensor *out,
                         hsi_tensor *const *in, int n_in)
 {
+    if (g_prof.on) {
+        double t = hsi_now();
+        prof_add(op, tl_layer, t - g_prof.mark, 0);
+        g_prof.mark = t;
+    }
     if (tl_no_grad) return NULL;
     int any = 0;
     for (int i = 0; i < n_in; i++)
@@ -639,7 +702,9 @@ hsi_status hsi_backward_grad(hsi_tensor *out, const void *grad_out, int retain_g
             add_into(o->data.dtype, hsi_tensor_ptr(o->grad), o->gflow, hsi_tensor_count(o));
         }
         const char *prev_layer = hsi_set_layer_name(n->layer);
+        double t0 = g_prof.on ? hsi_now() : 0;
         st = n->backward(n);
+        if (g_prof.on) prof_add(n->op, n->layer, 0, hsi_now() - t0);
         hsi_set_layer_name(prev_layer);
         if (st != HSI_OK) {
             hsi_fail_context(st, "backward of op '%s' (layer '%s')", n->op,

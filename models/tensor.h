@@ -17,6 +17,7 @@
 #define HSI_TENSOR_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "io/core.h"
 
@@ -86,6 +87,15 @@ int hsi_is_grad_enabled(void);
  * one with HSI_ERR_NUMERIC naming the op and the layer. */
 void hsi_set_anomaly(int on);
 int hsi_anomaly_enabled(void);
+/* Op profiler (process-wide, default off; for `hsi bench model --ops`):
+ * while on, every op's forward time (from the previous op or mark to its
+ * output) and every node's backward time are added up per (op, layer).
+ * hsi_op_profile(1) clears and starts, (0) stops; hsi_op_profile_mark()
+ * starts the clock for the next op (call it before a forward);
+ * hsi_op_profile_report prints the table in ms per step, largest first. */
+void hsi_op_profile(int on);
+void hsi_op_profile_mark(void);
+void hsi_op_profile_report(FILE *f, int steps);
 /* Name of the layer (module) now running forward; nodes record it. The module
  * system sets it; NULL clears. The string must outlive the graph. Returns the
  * previous one. */
@@ -219,6 +229,13 @@ hsi_status hsi_global_avg_pool(hsi_tensor **out, hsi_graph *g, hsi_tensor *x);
 hsi_status hsi_batch_norm(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *gamma,
                           hsi_tensor *beta, hsi_tensor *running_mean, hsi_tensor *running_var,
                           hsi_tensor *num_batches, int training, double momentum, double eps);
+/* hsi_batch_norm then ReLU as one node ("batch_norm_relu"): the same values
+ * and gradients as the two ops, without the intermediate tensor; the
+ * module system uses it for a batch norm followed by a ReLU. */
+hsi_status hsi_batch_norm_relu(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *gamma,
+                               hsi_tensor *beta, hsi_tensor *running_mean,
+                               hsi_tensor *running_var, hsi_tensor *num_batches, int training,
+                               double momentum, double eps);
 
 /* ------------------------------------------- for writing custom ops */
 

@@ -896,6 +896,102 @@ static void test_bn_pytorch(void)
     run_bn_fixture("bn3d_train");
 }
 
+/* Batch norm + ReLU fused (and channels split between 3 threads) against
+ * batch norm on one thread followed by a ReLU done here, in training and
+ * eval, affine or not, float and double; and the fused pass on 1 and 3
+ * threads bit for bit. The sizes cross the threshold where the pass goes
+ * multi-threaded. */
+static void test_bn_relu_fused(void)
+{
+    struct { int n, c; int64_t s; int training, affine; } cases[] = {
+        {4, 3, 6, 1, 1}, {16, 8, 600, 1, 1}, {16, 8, 600, 0, 1}, {9, 5, 1500, 1, 0}};
+    const char *prev_env = getenv("HSI_THREADS");
+    char *saved = prev_env ? strdup(prev_env) : NULL;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int n = cases[i].n, c = cases[i].c, tr = cases[i].training;
+        int64_t sp = cases[i].s, nx = (int64_t)n * c * sp;
+        double *x = dalloc(nx), *dy = dalloc(nx), *g = dalloc(c), *b = dalloc(c);
+        double *rm = dalloc(c), *rv = dalloc(c), *rm2 = dalloc(c), *rv2 = dalloc(c);
+        double *y = dalloc(nx), *y2 = dalloc(nx), *dx = dalloc(nx), *dx2 = dalloc(nx),
+               *gm = dalloc(nx);
+        double mean[16], istd[16], mean2[16], istd2[16], dg[16] = {0}, db[16] = {0},
+               dg2[16] = {0}, db2[16] = {0};
+        fill_rand(x, nx, 2), fill_rand(dy, nx, 1), fill_rand(g, c, 1), fill_rand(b, c, 0.5);
+        for (int k = 0; k < c; k++) rm[k] = rm2[k] = 0.1 * k, rv[k] = rv2[k] = 1 + 0.2 * k;
+        for (int64_t e = 0; e < nx; e++) dx[e] = dx2[e] = 0.25;
+        double *gp = cases[i].affine ? g : NULL, *bp = cases[i].affine ? b : NULL;
+        if (!tr)
+            for (int k = 0; k < c; k++) mean[k] = mean2[k] = rm[k],
+                                        istd[k] = istd2[k] = 1 / sqrt(rv[k] + 1e-5);
+        /* reference: one thread, separate ReLU */
+        setenv("HSI_THREADS", "1", 1);
+        hsi_bn_forward_f64(y, tr ? mean : NULL, tr ? istd : NULL, rm, rv, x, gp, bp, n, c, sp,
+                           1e-5, 0.1, tr);
+        for (int64_t e = 0; e < nx; e++) y[e] = y[e] > 0 ? y[e] : 0;
+        for (int64_t e = 0; e < nx; e++) gm[e] = y[e] > 0 ? dy[e] : 0;
+        hsi_bn_backward_f64(dx, gp ? dg : NULL, bp ? db : NULL, gm, x, gp, mean, istd, n, c, sp,
+                            tr);
+        /* fused, three threads */
+        setenv("HSI_THREADS", "3", 1);
+        hsi_bn_relu_forward_f64(y2, tr ? mean2 : NULL, tr ? istd2 : NULL, rm2, rv2, x, gp, bp, n,
+                                c, sp, 1e-5, 0.1, tr);
+        hsi_bn_relu_backward_f64(dx2, gp ? dg2 : NULL, bp ? db2 : NULL, dy, x, y2, gp, mean2,
+                                 istd2, n, c, sp, tr);
+        /* forward: the same arithmetic; backward: the masked sums may contract
+         * to FMA differently than the unmasked loop, so a rounding-level tolerance */
+        CU_ASSERT(memcmp(y, y2, sizeof *y * (size_t)nx) == 0);
+        CU_ASSERT(memcmp(rm, rm2, sizeof *rm * (size_t)c) == 0);
+        CU_ASSERT(memcmp(rv, rv2, sizeof *rv * (size_t)c) == 0);
+        CHECK_CLOSE("dx", dx2, dx, nx, 1e-13, 1e-12);
+        CHECK_CLOSE("dgamma", dg2, dg, c, 1e-13, 1e-12);
+        CHECK_CLOSE("dbeta", db2, db, c, 1e-13, 1e-12);
+        /* fused on one thread = fused on three, bit for bit */
+        double *dx3 = dalloc(nx), dg3[16] = {0}, db3[16] = {0};
+        for (int64_t e = 0; e < nx; e++) dx3[e] = 0.25;
+        setenv("HSI_THREADS", "1", 1);
+        hsi_bn_relu_backward_f64(dx3, gp ? dg3 : NULL, bp ? db3 : NULL, dy, x, y2, gp, mean2,
+                                 istd2, n, c, sp, tr);
+        CU_ASSERT(memcmp(dx3, dx2, sizeof *dx * (size_t)nx) == 0);
+        CU_ASSERT(memcmp(dg3, dg2, sizeof dg) == 0 && memcmp(db3, db2, sizeof db) == 0);
+        free(dx3);
+        /* float: fused on three threads = separate on one */
+        float *fx = to_f32(x, nx), *fdy = to_f32(dy, nx), *fg = to_f32(g, c), *fb = to_f32(b, c);
+        float *fy = calloc((size_t)nx, 4), *fy2 = calloc((size_t)nx, 4), *fgm = calloc((size_t)nx, 4),
+              *fdx = calloc((size_t)nx, 4), *fdx2 = calloc((size_t)nx, 4);
+        float frm[16], frv[16], fm[16], fs[16], fm2[16], fs2[16];
+        for (int k = 0; k < c; k++) frm[k] = (float)(0.1 * k), frv[k] = (float)(1 + 0.2 * k),
+                                    fm[k] = fm2[k] = frm[k],
+                                    fs[k] = fs2[k] = (float)(1 / sqrt(frv[k] + 1e-5));
+        float *fgp = cases[i].affine ? fg : NULL, *fbp = cases[i].affine ? fb : NULL;
+        setenv("HSI_THREADS", "1", 1);
+        hsi_bn_forward_f32(fy, tr ? fm : NULL, tr ? fs : NULL, frm, frv, fx, fgp, fbp, n, c, sp,
+                           1e-5f, 0.1f, 0);
+        for (int64_t e = 0; e < nx; e++) fy[e] = fy[e] > 0 ? fy[e] : 0;
+        for (int64_t e = 0; e < nx; e++) fgm[e] = fy[e] > 0 ? fdy[e] : 0;
+        hsi_bn_backward_f32(fdx, NULL, NULL, fgm, fx, fgp, fm, fs, n, c, sp, tr);
+        setenv("HSI_THREADS", "3", 1);
+        hsi_bn_relu_forward_f32(fy2, tr ? fm2 : NULL, tr ? fs2 : NULL, frm, frv, fx, fgp, fbp, n,
+                                c, sp, 1e-5f, 0.1f, 0);
+        hsi_bn_relu_backward_f32(fdx2, NULL, NULL, fdy, fx, fy2, fgp, fm2, fs2, n, c, sp, tr);
+        CU_ASSERT(memcmp(fy, fy2, 4 * (size_t)nx) == 0);
+        double *a1 = dalloc(nx), *a2 = dalloc(nx);
+        from_f32(a1, fdx, nx), from_f32(a2, fdx2, nx);
+        CHECK_CLOSE("dx f32", a2, a1, nx, 1e-6, 1e-5);
+        free(a1), free(a2);
+        /* and the ReLU did something: some outputs are clamped, some not */
+        int64_t zeros = 0;
+        for (int64_t e = 0; e < nx; e++) zeros += y2[e] == 0;
+        CU_ASSERT(zeros > 0 && zeros < nx);
+        free(fx), free(fdy), free(fg), free(fb), free(fy), free(fy2), free(fgm), free(fdx),
+            free(fdx2);
+        free(x), free(dy), free(g), free(b), free(rm), free(rv), free(rm2), free(rv2), free(y),
+            free(y2), free(dx), free(dx2), free(gm);
+    }
+    if (saved) setenv("HSI_THREADS", saved, 1);
+    else unsetenv("HSI_THREADS");
+    free(saved);
+}
+
 HSI_SUITE(layers_conv, 0, {"dims and errors", test_conv_dims},
           {"f64 vs direct definition", test_conv_vs_definition_f64},
           {"f32 vs direct definition", test_conv_vs_definition_f32},
@@ -905,4 +1001,5 @@ HSI_SUITE(layers_pool, 0, {"vs definition (f32, f64)", test_pool_vs_definition},
           {"finite differences", test_pool_gradcheck}, {"PyTorch fixtures", test_pool_pytorch},
           {"dims errors and NaN", test_pool_dims_and_nan}, {"global average pool", test_gap})
 HSI_SUITE(layers_bn, 0, {"finite differences", test_bn_gradcheck},
-          {"PyTorch fixtures", test_bn_pytorch})
+          {"PyTorch fixtures", test_bn_pytorch},
+          {"fused ReLU and threads = separate", test_bn_relu_fused})
