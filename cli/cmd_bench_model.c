@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "models/layers.h"
 #include "models/optim.h"
 
 static int bench_model(int argc, char **argv)
@@ -13,6 +14,7 @@ static int bench_model(int argc, char **argv)
     const char *cmd = "bench model", *name = NULL;
     long long batch = 128, bands = 30, patch = 11, classes = 16, threads = 2, steps = 20,
               warmup = 3;
+    hsi_conv_impl conv_impl = HSI_CONV_IMPL_AUTO;
     int json = 0, ops = 0, rc = HSI_EXIT_FAIL;
     hsi_status st = HSI_OK;
     hsi_module *m = NULL;
@@ -39,6 +41,11 @@ static int bench_model(int argc, char **argv)
             json = 1;
         } else if (!strcmp(argv[i], "--ops")) {
             ops = 1;
+        } else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) {
+            if (!strcmp(v, "auto")) conv_impl = HSI_CONV_IMPL_AUTO;
+            else if (!strcmp(v, "direct")) conv_impl = HSI_CONV_IMPL_DIRECT;
+            else if (!strcmp(v, "gemm")) conv_impl = HSI_CONV_IMPL_GEMM;
+            else return hsi_cli_usage_error(cmd, "--conv: expected auto, direct or gemm, got '%s'", v);
         } else if (argv[i][0] == '-') {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!name) {
@@ -53,6 +60,7 @@ static int bench_model(int argc, char **argv)
         snprintf(tb, sizeof tb, "%lld", threads);
         setenv("HSI_THREADS", tb, 1);
     }
+    hsi_conv_set_impl(conv_impl);
     hsi_manual_seed(1);
     HSI_TRY(hsi_model_create(&m, name, (int)bands, (int)patch, (int)classes, HSI_F32, 1));
     hsi_optim_config cfg;
@@ -159,11 +167,14 @@ HSI_CLI_COMMAND(bench_model,
                  "usage: hsi bench model NAME [--batch 128] [--bands 30] [--patch 11]\n"
                  "                             [--classes 16] [--threads 2] [--steps 20]\n"
                  "                             [--warmup 3] [--json] [--ops]\n"
+                 "                             [--conv auto|direct|gemm]\n"
                  "\n"
                  "Times training steps (forward, cross-entropy, backward, AdamW) and\n"
                  "no-grad inference batches of model NAME (cnn2d, hybridsn, cnn1d) on random\n"
                  "data and prints samples/s (--json: train_samples_per_s,\n"
                  "infer_samples_per_s, per-phase ms; --ops: time per op and layer on\n"
-                 "stderr). bench/bench_model.sh runs PyTorch\n"
+                 "stderr; --conv: the float convolution: auto = Winograd F(2x2,3x3) for\n"
+                 "3x3 pad-1 convs and direct AVX2 kernels for the rest, direct = no\n"
+                 "Winograd, gemm = im2col + OpenBLAS). bench/bench_model.sh runs PyTorch\n"
                  "(bench/torch_cnn2d.py) beside it with the same threads and prints the ratio.\n",
                  bench_model})

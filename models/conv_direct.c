@@ -47,6 +47,8 @@ typedef struct dc_geom {
     int64_t fp[3], fplane;                 /* padded input plane */
     int64_t bp[3], bplane;                 /* dy padded by ker-1-pad */
     int64_t in_sp, out_sp, nkf, nkb;       /* nkf = C*taps, nkb = K*taps */
+    int wg;                                /* Winograd F(2x2, 3x3) for forward and dx */
+    int64_t th, tw, nt, hq, wq;            /* its tiles (th x tw = nt) and plane (hq x wq) */
     int slots;
 } dc_geom;
 
@@ -54,8 +56,8 @@ typedef struct dc_ws {
     float *wf, *wb;          /* packed filters: (kpad/16, nkf, 16), (cpad/16, nkb, 16) */
     int32_t *offf, *offb;    /* plane offset of each (c, tap) / (k, tap) */
     int32_t *pos;            /* plane offset of each output position (forward plane) */
-    float *slot0;            /* per-thread: plane, dyT, dwp */
-    int64_t plane_len, dyt_len, dwp_len, slot_len;
+    float *slot0;            /* per-thread: plane, dyT, dwp, dbp (kpad doubles), V, M, O */
+    int64_t plane_len, dyt_len, dwp_len, dbp_len, v_len, m_len, o_len, slot_len;
 } dc_ws;
 
 static int64_t dc_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
@@ -85,28 +87,45 @@ static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
     g->slots = hsi_kern_threads();
     if (g->slots > DC_MAX_SLOTS) g->slots = DC_MAX_SLOTS;
     if (g->slots > g->n) g->slots = (int)g->n;
+    /* 2-D 3x3, pad 1 (output size = input size, so dx has the same tiles;
+     * stride 1 is checked by the caller) */
+    g->wg = dc_impl == HSI_CONV_IMPL_AUTO && d->nd == 2 && g->ker[1] == 3 && g->ker[2] == 3 &&
+            g->pad[1] == 1 && g->pad[2] == 1 && g->c >= 4 && g->k >= 4;
+    g->th = (g->out[1] + 1) / 2, g->tw = (g->out[2] + 1) / 2, g->nt = g->th * g->tw;
+    g->hq = 2 * g->th + 2, g->wq = 2 * g->tw + 2;
 }
 
 /* Fills the slot lengths and returns the floats before slot 0; with a base
  * (64-byte aligned), also the pointers. */
+static int64_t dc_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
 static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
 {
-    int64_t nwf = dc_round16(g->kpad * g->nkf), nwb = dc_round16(g->cpad * g->nkb);
-    int64_t head = nwf + nwb + dc_round16(g->nkf) + dc_round16(g->nkb) + dc_round16(g->out_sp);
+    /* filters: direct (kpad, C*taps) or Winograd (16, kpad, C), the same for dx */
+    int64_t c8 = (g->c + 7) & ~(int64_t)7, k8 = (g->k + 7) & ~(int64_t)7;
+    int64_t nwf = dc_round16(dc_max(g->kpad * g->nkf, g->wg ? 16 * g->kpad * c8 : 0)),
+            nwb = dc_round16(dc_max(g->cpad * g->nkb, g->wg ? 16 * g->cpad * k8 : 0));
+    int64_t nof = dc_round16(dc_max(g->nkf, c8)), nob = dc_round16(dc_max(g->nkb, k8));
+    int64_t head = nwf + nwb + nof + nob + dc_round16(g->out_sp);
     if (base) {
         float *p = base;
         w->wf = p, p += nwf;
         w->wb = p, p += nwb;
-        w->offf = (int32_t *)p, p += dc_round16(g->nkf);
-        w->offb = (int32_t *)p, p += dc_round16(g->nkb);
+        w->offf = (int32_t *)p, p += nof;
+        w->offb = (int32_t *)p, p += nob;
         w->pos = (int32_t *)p, p += dc_round16(g->out_sp);
         w->slot0 = p;
     }
-    int64_t a = g->c * g->fplane, b = g->k * g->bplane;
-    w->plane_len = dc_round16(a > b ? a : b);
+    int64_t a = g->c * g->fplane, b = g->k * g->bplane, ch = dc_max(c8, k8);
+    w->plane_len = dc_round16(dc_max(dc_max(a, b), g->wg ? ch * g->hq * g->wq : 0));
     w->dyt_len = dc_round16(g->out_sp * g->kpad);
     w->dwp_len = dc_round16(g->nkf * g->kpad);
-    w->slot_len = w->plane_len + w->dyt_len + w->dwp_len;
+    w->dbp_len = 2 * g->kpad;
+    w->v_len = g->wg ? dc_round16(16 * ch * g->nt) : 0;
+    w->m_len = g->wg ? dc_round16(16 * g->nt * dc_max(g->kpad, g->cpad)) : 0;
+    w->o_len = g->wg ? dc_round16(4 * g->nt * dc_max(g->kpad, g->cpad)) : 0;
+    w->slot_len = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len + w->v_len + w->m_len +
+                  w->o_len;
     return head;
 }
 
@@ -165,10 +184,10 @@ static void dc_offsets(int32_t *off, int64_t n_ch, int64_t ch_len, const int64_t
 #define DC_FOR_R(X) X(0, a00, a01) X(1, a10, a11) X(2, a20, a21) X(3, a30, a31) X(4, a40, a41) \
     X(5, a50, a51)
 
-/* acc (R x 16, packed) = sum over k < nk of in[off[k] + r] * w[k][0..16) */
+/* acc (R rows of 16, ld floats apart) = sum over k < nk of in[off[k] + r*rs] * w[k][0..16) */
 static inline __attribute__((always_inline)) DC_TARGET void
-dc_tile(const int R, float *restrict acc, const float *in, const int32_t *restrict off,
-        int64_t nk, const float *restrict w)
+dc_tile(const int R, float *restrict acc, int64_t ld, const float *in, const int64_t rs,
+        const int32_t *restrict off, int64_t nk, const float *restrict w)
 {
     DC_ACC_DECL;
     for (int64_t k = 0; k < nk; k++, w += 16) {
@@ -176,7 +195,7 @@ dc_tile(const int R, float *restrict acc, const float *in, const int32_t *restri
         const float *p = in + off[k];
 #define DC_STEP(r, x0, x1)                                                                     \
     if (R > r) {                                                                               \
-        __m256 v = _mm256_broadcast_ss(p + r);                                                 \
+        __m256 v = _mm256_broadcast_ss(p + r * rs);                                            \
         x0 = _mm256_fmadd_ps(v, w0, x0);                                                       \
         x1 = _mm256_fmadd_ps(v, w1, x1);                                                       \
     }
@@ -185,8 +204,8 @@ dc_tile(const int R, float *restrict acc, const float *in, const int32_t *restri
     }
 #define DC_STORE(r, x0, x1)                                                                    \
     if (R > r) {                                                                               \
-        _mm256_storeu_ps(acc + 16 * r, x0);                                                    \
-        _mm256_storeu_ps(acc + 16 * r + 8, x1);                                                \
+        _mm256_storeu_ps(acc + ld * r, x0);                                                    \
+        _mm256_storeu_ps(acc + ld * r + 8, x1);                                                \
     }
     DC_FOR_R(DC_STORE)
 #undef DC_STORE
@@ -241,10 +260,19 @@ dc_dw_tile(const int R, float *restrict dwp, int64_t ld, const float *in,
     default: CALL(1); break;                                                                   \
     }
 
-static DC_TARGET void dc_tile_any(int R, float *acc, const float *in, const int32_t *off,
-                                  int64_t nk, const float *w)
+static DC_TARGET void dc_tile_any(int R, float *acc, int64_t ld, const float *in,
+                                  const int32_t *off, int64_t nk, const float *w)
 {
-#define DC_T(n) dc_tile(n, acc, in, off, nk, w)
+#define DC_T(n) dc_tile(n, acc, ld, in, 1, off, nk, w)
+    DC_SWITCH(R, DC_T)
+#undef DC_T
+}
+
+/* the same with rows rs floats apart in `in` */
+static DC_TARGET void dc_tile_rs_any(int R, float *acc, int64_t ld, const float *in, int64_t rs,
+                                     const int32_t *off, int64_t nk, const float *w)
+{
+#define DC_T(n) dc_tile(n, acc, ld, in, rs, off, nk, w)
     DC_SWITCH(R, DC_T)
 #undef DC_T
 }
@@ -258,10 +286,15 @@ static DC_TARGET void dc_dw_tile_any(int R, float *dwp, int64_t ld, const float 
 #undef DC_T
 }
 #else
-static void dc_tile_any(int R, float *acc, const float *in, const int32_t *off, int64_t nk,
-                        const float *w)
+static void dc_tile_any(int R, float *acc, int64_t ld, const float *in, const int32_t *off,
+                        int64_t nk, const float *w)
 {
-    (void)R, (void)acc, (void)in, (void)off, (void)nk, (void)w; /* never called: not usable */
+    (void)R, (void)acc, (void)ld, (void)in, (void)off, (void)nk, (void)w; /* never called */
+}
+static void dc_tile_rs_any(int R, float *acc, int64_t ld, const float *in, int64_t rs,
+                           const int32_t *off, int64_t nk, const float *w)
+{
+    (void)R, (void)acc, (void)ld, (void)in, (void)rs, (void)off, (void)nk, (void)w;
 }
 static void dc_dw_tile_any(int R, float *dwp, int64_t ld, const float *in, const int32_t *off,
                            const int32_t *pos, int64_t npos, const float *dyt)
@@ -288,7 +321,7 @@ static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const flo
                 int64_t o_row = (a * o[1] + b) * o[2];
                 for (int64_t e0 = 0; e0 < o[2]; e0 += DC_TILE_P) {
                     int R = (int)(o[2] - e0 < DC_TILE_P ? o[2] - e0 : DC_TILE_P);
-                    dc_tile_any(R, tile, row + e0, off, nk, wb);
+                    dc_tile_any(R, tile, DC_TILE_K, row + e0, off, nk, wb);
                     for (int64_t j = 0; j < nkk; j++) {
                         float *y = out + (k0 + j) * out_sp + o_row + e0;
                         float bj = bias ? bias[k0 + j] : 0.0f;
@@ -315,6 +348,163 @@ static void dc_pad_copy(float *plane, const float *src, int64_t n_ch, const int6
                        src + ((c * s[0] + a) * s[1] + b) * s[2], (size_t)s[2] * sizeof(float));
 }
 
+/* --------------------------------------------- Winograd F(2x2, 3x3) */
+
+/* A 3x3 convolution with pad 1 at stride 1 as Winograd's F(2x2, 3x3): each
+ * 2x2 block of outputs from a 4x4 window of the padded input, with 16
+ * products per (in, out) channel pair instead of 36. Per sample: the input
+ * goes channels-last into a zero-padded plane (hq, wq, cp), cp = channels
+ * rounded up to 8; the windows are transformed 8 channels at a time
+ * (V = B^T d B, into V (16, tiles, cp)); 16 independent products M[xi]
+ * (tiles, npad) = V[xi] (tiles, cp) U[xi] (cp, npad) run on the register
+ * tile above; the outputs come back 8 channels at a time through
+ * Y = A^T M A. U = G g G^T is built per call.
+ *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+ *   G   = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],  A^T = [1 1 1 0; 0 1 -1 -1] */
+
+typedef float dc_v8 __attribute__((vector_size(32), aligned(4), may_alias));
+#define DC_V8(p) (*(dc_v8 *)(p))
+
+static int64_t dc_round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
+
+/* U (16, npad/16, cp, 16): U[xi][o0][i][j] = (G g G^T)[xi] for the filter g
+ * from input channel i to output channel o0 + j; zero past n_out and n_in.
+ * flip_transpose: the filters of dx, w (n_in, n_out, 3, 3) rotated 180 deg. */
+static void wg_pack(float *u, const float *w, int64_t n_out, int64_t n_in, int flip_transpose)
+{
+    int64_t npad = dc_round16(n_out), cp = dc_round8(n_in);
+    memset(u, 0, (size_t)(16 * npad * cp) * sizeof(float));
+    for (int64_t o = 0; o < n_out; o++)
+        for (int64_t i = 0; i < n_in; i++) {
+            float g[9], t[12], r[16];
+            if (flip_transpose)
+                for (int e = 0; e < 9; e++) g[e] = w[(i * n_out + o) * 9 + 8 - e];
+            else
+                for (int e = 0; e < 9; e++) g[e] = w[(o * n_in + i) * 9 + e];
+            for (int c = 0; c < 3; c++) { /* t (4x3) = G g */
+                t[0 * 3 + c] = g[c];
+                t[1 * 3 + c] = 0.5f * (g[c] + g[3 + c] + g[6 + c]);
+                t[2 * 3 + c] = 0.5f * (g[c] - g[3 + c] + g[6 + c]);
+                t[3 * 3 + c] = g[6 + c];
+            }
+            for (int a = 0; a < 4; a++) { /* r (4x4) = t G^T */
+                const float *q = t + a * 3;
+                r[a * 4 + 0] = q[0];
+                r[a * 4 + 1] = 0.5f * (q[0] + q[1] + q[2]);
+                r[a * 4 + 2] = 0.5f * (q[0] - q[1] + q[2]);
+                r[a * 4 + 3] = q[2];
+            }
+            for (int xi = 0; xi < 16; xi++)
+                u[((xi * (npad / 16) + o / 16) * cp + i) * 16 + o % 16] = r[xi];
+        }
+}
+
+/* plane (hq, wq, cp) interior at (1, 1) = src (n_in, h, w) transposed; the
+ * border and channels past n_in stay as they are (zeroed once). */
+static void wg_plane(float *plane, const float *src, int64_t n_in, int64_t h, int64_t w,
+                     const dc_geom *g)
+{
+    int64_t cp = dc_round8(n_in);
+    for (int64_t c = 0; c < n_in; c++)
+        for (int64_t y = 0; y < h; y++) {
+            const float *r = src + (c * h + y) * w;
+            float *o = plane + ((y + 1) * g->wq + 1) * cp + c;
+            for (int64_t x = 0; x < w; x++) o[x * cp] = r[x];
+        }
+}
+
+/* V (16, nt, cp) = B^T d B of every 4x4 window (tile ti, tj at 2ti, 2tj) */
+static DC_TARGET void wg_input(float *v, const float *plane, int64_t cp, const dc_geom *g)
+{
+    int64_t nt = g->nt, xs = nt * cp, row = g->wq * cp;
+    for (int64_t ti = 0; ti < g->th; ti++)
+        for (int64_t tj = 0; tj < g->tw; tj++) {
+            const float *d = plane + (2 * ti * g->wq + 2 * tj) * cp;
+            float *o = v + (ti * g->tw + tj) * cp;
+            for (int64_t c = 0; c < cp; c += 8) {
+                dc_v8 t[16];
+                for (int b = 0; b < 4; b++) { /* t = B^T d (rows a) */
+                    dc_v8 d0 = DC_V8(d + b * cp + c), d1 = DC_V8(d + row + b * cp + c),
+                          d2 = DC_V8(d + 2 * row + b * cp + c), d3 = DC_V8(d + 3 * row + b * cp + c);
+                    t[0 * 4 + b] = d0 - d2, t[1 * 4 + b] = d1 + d2;
+                    t[2 * 4 + b] = d2 - d1, t[3 * 4 + b] = d1 - d3;
+                }
+                for (int a = 0; a < 4; a++) { /* (B^T d) B (columns) */
+                    const dc_v8 *q = t + a * 4;
+                    DC_V8(o + (a * 4 + 0) * xs + c) = q[0] - q[2];
+                    DC_V8(o + (a * 4 + 1) * xs + c) = q[1] + q[2];
+                    DC_V8(o + (a * 4 + 2) * xs + c) = q[2] - q[1];
+                    DC_V8(o + (a * 4 + 3) * xs + c) = q[1] - q[3];
+                }
+            }
+        }
+}
+
+/* out (n_out, oh, ow) (+)= A^T M A per tile, M (16, nt, npad); bias or NULL.
+ * The 2x2 blocks go channels-last into o (oh+1, ow+1, npad) with vector
+ * stores, then out gets them transposed, one channel row at a time. */
+static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, float *o,
+                                const dc_geom *g, const float *bias, int acc)
+{
+    int64_t nt = g->nt, npad = dc_round16(n_out), oh = g->out[1], ow = g->out[2],
+            ow2 = 2 * g->tw, xs = nt * npad;
+    for (int64_t ti = 0; ti < g->th; ti++)
+        for (int64_t tj = 0; tj < g->tw; tj++) {
+            const float *mt = m + (ti * g->tw + tj) * npad;
+            float *ot = o + (2 * ti * ow2 + 2 * tj) * npad;
+            for (int64_t k0 = 0; k0 < npad; k0 += 8) {
+                dc_v8 q[16], r[8];
+                for (int xi = 0; xi < 16; xi++) q[xi] = DC_V8(mt + xi * xs + k0);
+                for (int c = 0; c < 4; c++) { /* A^T q (rows) */
+                    r[c] = q[c] + q[4 + c] + q[8 + c];
+                    r[4 + c] = q[4 + c] - q[8 + c] - q[12 + c];
+                }
+                DC_V8(ot + k0) = r[0] + r[1] + r[2];
+                DC_V8(ot + npad + k0) = r[1] - r[2] - r[3];
+                DC_V8(ot + ow2 * npad + k0) = r[4] + r[5] + r[6];
+                DC_V8(ot + (ow2 + 1) * npad + k0) = r[5] - r[6] - r[7];
+            }
+        }
+    for (int64_t k = 0; k < n_out; k++) {
+        float b = bias ? bias[k] : 0.0f;
+        for (int64_t y = 0; y < oh; y++) {
+            float *dst = out + (k * oh + y) * ow;
+            const float *src = o + y * ow2 * npad + k;
+            if (acc)
+                for (int64_t x = 0; x < ow; x++) dst[x] += src[x * npad];
+            else
+                for (int64_t x = 0; x < ow; x++) dst[x] = src[x * npad] + b;
+        }
+    }
+}
+
+/* One sample: out (n_out, oh, ow) (+)= the convolution of src (n_in, oh, ow)
+ * (pad 1) with the transformed filters u; plane, v, m, o: scratch (plane's
+ * border zeroed by the caller); off: cp offsets 0, 1, ... */
+static void wg_sample(float *out, int64_t n_out, const float *src, int64_t n_in, float *plane,
+                      const float *u, const int32_t *off, float *v, float *m, float *o,
+                      const dc_geom *g, const float *bias, int acc)
+{
+    int64_t nt = g->nt, npad = dc_round16(n_out), cp = dc_round8(n_in);
+    wg_plane(plane, src, n_in, g->out[1], g->out[2], g);
+    wg_input(v, plane, cp, g);
+    for (int xi = 0; xi < 16; xi++)
+        for (int64_t k0 = 0; k0 < npad; k0 += DC_TILE_K) {
+            const float *uk = u + (xi * (npad / 16) + k0 / 16) * cp * 16;
+            for (int64_t t0 = 0; t0 < nt; t0 += DC_TILE_P) {
+                int R = (int)(nt - t0 < DC_TILE_P ? nt - t0 : DC_TILE_P);
+                dc_tile_rs_any(R, m + (xi * nt + t0) * npad + k0, npad,
+                               v + (xi * nt + t0) * cp, cp, off, cp, uk);
+            }
+        }
+    wg_output(out, n_out, m, o, g, bias, acc);
+}
+
+static void wg_offsets(int32_t *off, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) off[i] = (int32_t)i;
+}
+
 /* ----------------------------------------------------------------- passes */
 
 typedef struct dc_job {
@@ -322,7 +512,7 @@ typedef struct dc_job {
     const dc_ws *w;
     float *y, *dx;
     const float *x, *b, *dy;
-    int want_dw;
+    int want_dw, want_db, dx_acc;
 } dc_job;
 
 static hsi_status dc_forward_part(void *ctx, int t, int nt)
@@ -332,6 +522,14 @@ static hsi_status dc_forward_part(void *ctx, int t, int nt)
     const dc_ws *w = j->w;
     float *plane = w->slot0 + t * w->slot_len;
     int64_t s0 = g->n * t / nt, s1 = g->n * (t + 1) / nt;
+    if (g->wg) {
+        float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len;
+        memset(plane, 0, (size_t)(dc_round8(g->c) * g->hq * g->wq) * sizeof(float));
+        for (int64_t s = s0; s < s1; s++)
+            wg_sample(j->y + s * g->k * g->out_sp, g->k, j->x + s * g->c * g->in_sp, g->c, plane,
+                      w->wf, w->offf, v, m, m + w->m_len, g, j->b, 0);
+        return HSI_OK;
+    }
     memset(plane, 0, (size_t)(g->c * g->fplane) * sizeof(float));
     for (int64_t s = s0; s < s1; s++) {
         dc_pad_copy(plane, j->x + s * g->c * g->in_sp, g->c, g->in, g->fp, g->pad);
@@ -348,7 +546,20 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
     const dc_ws *w = j->w;
     float *plane = w->slot0 + t * w->slot_len, *dyt = plane + w->plane_len,
           *dwp = dyt + w->dyt_len;
+    double *dbp = (double *)(dwp + w->dwp_len);
     int64_t s0 = g->n * t / nt, s1 = g->n * (t + 1) / nt;
+    if (j->want_db) {
+        /* dbp (K) = sum of dy over this thread's samples and positions (rows of
+         * out_sp in float, added in double) */
+        memset(dbp, 0, (size_t)g->k * sizeof(double));
+        for (int64_t s = s0; s < s1; s++)
+            for (int64_t k = 0; k < g->k; k++) {
+                const float *r = j->dy + (s * g->k + k) * g->out_sp;
+                float p = 0;
+                for (int64_t o = 0; o < g->out_sp; o++) p += r[o];
+                dbp[k] += (double)p;
+            }
+    }
     if (j->want_dw) {
         memset(dwp, 0, (size_t)w->dwp_len * sizeof(float));
         memset(dyt, 0, (size_t)w->dyt_len * sizeof(float));
@@ -367,14 +578,20 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
             }
         }
     }
-    if (j->dx) {
+    if (j->dx && g->wg) { /* pad 1, stride 1: dx has the size of dy */
+        float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len;
+        memset(plane, 0, (size_t)(dc_round8(g->k) * g->hq * g->wq) * sizeof(float));
+        for (int64_t s = s0; s < s1; s++)
+            wg_sample(j->dx + s * g->c * g->in_sp, g->c, j->dy + s * g->k * g->out_sp, g->k, plane,
+                      w->wb, w->offb, v, m, m + w->m_len, g, NULL, j->dx_acc);
+    } else if (j->dx) {
         int64_t lead[3];
         for (int a = 0; a < 3; a++) lead[a] = g->ker[a] - 1 - g->pad[a];
         memset(plane, 0, (size_t)(g->k * g->bplane) * sizeof(float));
         for (int64_t s = s0; s < s1; s++) {
             dc_pad_copy(plane, j->dy + s * g->k * g->out_sp, g->k, g->out, g->bp, lead);
             dc_conv_plane(j->dx + s * g->c * g->in_sp, g->c, g->in, plane, g->bp, w->offb,
-                          g->nkb, w->wb, NULL, 1);
+                          g->nkb, w->wb, NULL, j->dx_acc);
         }
     }
     return HSI_OK;
@@ -410,16 +627,21 @@ void hsi_conv_direct_forward(float *y, const float *x, const float *w, const flo
     dc_ws wl;
     dc_geom_fill(&g, d);
     dc_ws_layout(&wl, &g, ws);
-    dc_pack_forward(wl.wf, w, &g);
-    dc_offsets(wl.offf, g.c, g.fplane, g.ker, g.fp);
+    if (g.wg) {
+        wg_pack(wl.wf, w, g.k, g.c, 0);
+        wg_offsets(wl.offf, dc_round8(g.c));
+    } else {
+        dc_pack_forward(wl.wf, w, &g);
+        dc_offsets(wl.offf, g.c, g.fplane, g.ker, g.fp);
+    }
     dc_job j = {.g = &g, .w = &wl, .y = y, .x = x, .b = b};
     (void)hsi_kern_parallel(dc_threads(&g), dc_forward_part, &j); /* parts cannot fail */
 }
 
-void hsi_conv_direct_backward(float *dx, float *dw, const float *dy, const float *x,
-                              const float *w, const hsi_conv_dims *d, void *ws)
+void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                              const float *w, const hsi_conv_dims *d, void *ws, int dx_accumulate)
 {
-    if (!dx && !dw) return;
+    if (!dx && !dw && !db) return;
     dc_geom g;
     dc_ws wl;
     dc_geom_fill(&g, d);
@@ -432,13 +654,25 @@ void hsi_conv_direct_backward(float *dx, float *dw, const float *dy, const float
                 for (int64_t e = 0; e < g.out[2]; e++)
                     wl.pos[o++] = (int32_t)((a * g.fp[1] + b) * g.fp[2] + e);
     }
-    if (dx) {
+    if (dx && g.wg) {
+        wg_pack(wl.wb, w, g.c, g.k, 1);
+        wg_offsets(wl.offb, dc_round8(g.k));
+    } else if (dx) {
         dc_pack_backward(wl.wb, w, &g);
         dc_offsets(wl.offb, g.k, g.bplane, g.ker, g.bp);
     }
     int nt = dc_threads(&g);
-    dc_job j = {.g = &g, .w = &wl, .dx = dx, .dy = dy, .x = x, .want_dw = dw != NULL};
+    dc_job j = {.g = &g, .w = &wl, .dx = dx, .dy = dy, .x = x, .want_dw = dw != NULL,
+                .want_db = db != NULL, .dx_acc = dx_accumulate};
     (void)hsi_kern_parallel(nt, dc_backward_part, &j);
+    if (db) /* db (K) += the partials of the threads, in thread order */
+        for (int64_t k = 0; k < g.k; k++) {
+            double acc = 0;
+            for (int t = 0; t < nt; t++)
+                acc += ((const double *)(wl.slot0 + t * wl.slot_len + wl.plane_len + wl.dyt_len +
+                                         wl.dwp_len))[k];
+            db[k] += (float)acc;
+        }
     if (!dw) return;
     /* dw (K, C*taps) += the partials (C*taps, kpad) of the threads, in thread order */
     for (int t = 0; t < nt; t++) {

@@ -126,6 +126,7 @@ typedef struct HSI_FN(bn_job) {
     T *y, *save_mean, *save_invstd, *running_mean, *running_var, *dx, *dgamma, *dbeta;
     const T *x, *gamma, *beta, *dy, *yr, *mean, *invstd;
     int n, c, training, relu; /* relu: forward clamps y at 0; backward masks dy by yr > 0 */
+    int acc;                  /* backward: dx += (1) or dx = (0) */
     int64_t s;
     T eps, momentum;
 } HSI_FN(bn_job);
@@ -201,15 +202,21 @@ static hsi_status HSI_FN(bn_bwd_part)(void *ctx, int t, int nt)
         for (int64_t i = 0; i < n; i++) {
             const T *g = j->dy + (i * c + ch) * s, *r = j->x + (i * c + ch) * s;
             T *o = j->dx + (i * c + ch) * s;
-            if (yr) {
-                const T *q = yr + (i * c + ch) * s;
+            const T *q = yr ? yr + (i * c + ch) * s : NULL;
+            if (q && j->acc)
                 for (int64_t f = 0; f < s; f++)
                     o[f] += (q[f] > 0 ? g[f] : 0) * a + (r[f] - m) * b + e;
-            } else if (j->training) {
+            else if (q)
+                for (int64_t f = 0; f < s; f++)
+                    o[f] = (q[f] > 0 ? g[f] : 0) * a + (r[f] - m) * b + e;
+            else if (j->training && j->acc)
                 for (int64_t f = 0; f < s; f++) o[f] += g[f] * a + (r[f] - m) * b + e;
-            } else {
+            else if (j->training)
+                for (int64_t f = 0; f < s; f++) o[f] = g[f] * a + (r[f] - m) * b + e;
+            else if (j->acc)
                 for (int64_t f = 0; f < s; f++) o[f] += g[f] * a;
-            }
+            else
+                for (int64_t f = 0; f < s; f++) o[f] = g[f] * a;
         }
     }
     return HSI_OK;
@@ -257,16 +264,17 @@ void HSI_FN(hsi_bn_backward)(T *dx, T *dgamma, T *dbeta, const T *dy, const T *x
                              int c, int64_t s, int training)
 {
     HSI_FN(hsi_bn_relu_backward)(dx, dgamma, dbeta, dy, x, NULL, gamma, save_mean, save_invstd,
-                                 n, c, s, training);
+                                 n, c, s, training, 1);
 }
 
 void HSI_FN(hsi_bn_relu_backward)(T *dx, T *dgamma, T *dbeta, const T *dy, const T *x,
                                   const T *y, const T *gamma, const T *save_mean,
-                                  const T *save_invstd, int n, int c, int64_t s, int training)
+                                  const T *save_invstd, int n, int c, int64_t s, int training,
+                                  int accumulate)
 {
     HSI_FN(bn_job) j = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x, .yr = y,
                         .gamma = gamma, .mean = save_mean, .invstd = save_invstd, .n = n,
-                        .c = c, .s = s, .training = training};
+                        .c = c, .s = s, .training = training, .acc = accumulate};
     (void)hsi_kern_parallel(HSI_FN(bn_threads)(n, c, s), HSI_FN(bn_bwd_part), &j);
 }
 

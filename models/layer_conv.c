@@ -614,6 +614,12 @@ void HSI_FN(hsi_conv_forward)(T *y, const T *x, const T *w, const T *b,
 void HSI_FN(hsi_conv_backward)(T *dx, T *dw, T *db, const T *dy, const T *x, const T *w,
                                const hsi_conv_dims *d, void *ws)
 {
+#ifdef HSI_DIRECT
+    if (hsi_conv_direct_usable(d)) {
+        hsi_conv_direct_backward(dx, dw, db, dy, x, w, d, ws, 1);
+        return;
+    }
+#endif
     conv_geom g;
     conv_geom_fill(&g, d, sizeof(T));
     if (db) {
@@ -634,12 +640,6 @@ void HSI_FN(hsi_conv_backward)(T *dx, T *dw, T *db, const T *dy, const T *x, con
         }
     }
     if (!dw && !dx) return;
-#ifdef HSI_DIRECT
-    if (hsi_conv_direct_usable(d)) {
-        hsi_conv_direct_backward(dx, dw, dy, x, w, d, ws);
-        return;
-    }
-#endif
     T *wr = (T *)ws; /* channels-last only */
     HSI_FN(conv_job) j = {.g = &g, .x = x, .w = w, .wr = wr, .dy = dy, .dx = dx,
                           .want_dw = dw != NULL, .slots = wr + conv_shared_elems(&g)};

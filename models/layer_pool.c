@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kern_internal.h"
 #include "models/layers.h"
 
 typedef struct pool_geom {
@@ -109,9 +110,10 @@ static inline void pool_window(int64_t *lo, int64_t *hi, int64_t o, int64_t s, i
 #define T HSI_LAYER_T
 
 /* Max pooling 2x2, stride 2, no padding, 2-D: the cnn2d case, unrolled. */
-static void HSI_FN(max2x2)(T *y, int32_t *argmax, const T *x, const pool_geom *g)
+static void HSI_FN(max2x2)(T *y, int32_t *argmax, const T *x, const pool_geom *g, int64_t p0,
+                           int64_t p1)
 {
-    for (int64_t p = 0; p < g->planes; p++) {
+    for (int64_t p = p0; p < p1; p++) {
         const T *xp = x + p * g->in_sp;
         T *yp = y + p * g->out_sp;
         int32_t *ap = argmax + p * g->out_sp;
@@ -135,18 +137,34 @@ static void HSI_FN(max2x2)(T *y, int32_t *argmax, const T *x, const pool_geom *g
     }
 }
 
-void HSI_FN(hsi_pool_forward)(T *y, int32_t *argmax, const T *x, const hsi_pool_dims *d)
+/* planes (n, c) are split between threads: each plane is done by one */
+typedef struct HSI_FN(pool_job) {
+    const hsi_pool_dims *d;
+    const pool_geom *g;
+    T *y, *dx;
+    const T *x, *dy;
+    int32_t *argmax;
+    const int32_t *argmax_in;
+} HSI_FN(pool_job);
+
+static hsi_status HSI_FN(pool_fwd_part)(void *ctx, int t, int nt)
 {
-    pool_geom g;
-    pool_geom_fill(&g, d);
-    int is_max = d->kind == HSI_POOL_MAX;
-    if (is_max && d->nd == 2 && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 &&
-        g.pw == 0) {
-        HSI_FN(max2x2)(y, argmax, x, &g);
-        return;
+    const HSI_FN(pool_job) *j = ctx;
+    const pool_geom *gp = j->g;
+    const pool_geom g = *gp;
+    T *y = j->y;
+    const T *x = j->x;
+    int32_t *argmax = j->argmax;
+    int64_t p0, p1;
+    hsi_kern_split(g.planes, t, nt, &p0, &p1);
+    int is_max = j->d->kind == HSI_POOL_MAX;
+    if (is_max && j->d->nd == 2 && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 &&
+        g.ph == 0 && g.pw == 0) {
+        HSI_FN(max2x2)(y, argmax, x, gp, p0, p1);
+        return HSI_OK;
     }
     T inv = (T)1 / (T)g.ker_sp; /* count_include_pad: always the full window */
-    for (int64_t p = 0; p < g.planes; p++) {
+    for (int64_t p = p0; p < p1; p++) {
         const T *xp = x + p * g.in_sp;
         T *yp = y + p * g.out_sp;
         int32_t *ap = is_max ? argmax + p * g.out_sp : NULL;
@@ -188,24 +206,29 @@ void HSI_FN(hsi_pool_forward)(T *y, int32_t *argmax, const T *x, const hsi_pool_
             }
         }
     }
+    return HSI_OK;
 }
 
-void HSI_FN(hsi_pool_backward)(T *dx, const T *dy, const int32_t *argmax,
-                               const hsi_pool_dims *d)
+static hsi_status HSI_FN(pool_bwd_part)(void *ctx, int t, int nt)
 {
-    pool_geom g;
-    pool_geom_fill(&g, d);
-    if (d->kind == HSI_POOL_MAX) {
-        for (int64_t p = 0; p < g.planes; p++) {
+    const HSI_FN(pool_job) *j = ctx;
+    const pool_geom g = *j->g;
+    T *dx = j->dx;
+    const T *dy = j->dy;
+    const int32_t *argmax = j->argmax_in;
+    int64_t p0, p1;
+    hsi_kern_split(g.planes, t, nt, &p0, &p1);
+    if (j->d->kind == HSI_POOL_MAX) {
+        for (int64_t p = p0; p < p1; p++) {
             T *xp = dx + p * g.in_sp;
             const T *yp = dy + p * g.out_sp;
             const int32_t *ap = argmax + p * g.out_sp;
             for (int64_t o = 0; o < g.out_sp; o++) xp[ap[o]] += yp[o];
         }
-        return;
+        return HSI_OK;
     }
     T inv = (T)1 / (T)g.ker_sp;
-    for (int64_t p = 0; p < g.planes; p++) {
+    for (int64_t p = p0; p < p1; p++) {
         T *xp = dx + p * g.in_sp;
         const T *yp = dy + p * g.out_sp;
         for (int64_t od = 0; od < g.od; od++) {
@@ -227,6 +250,32 @@ void HSI_FN(hsi_pool_backward)(T *dx, const T *dy, const int32_t *argmax,
             }
         }
     }
+    return HSI_OK;
+}
+
+/* threads for n_planes planes of in_sp values: one below about 64 Ki values */
+static int HSI_FN(pool_threads)(const pool_geom *g)
+{
+    int nt = hsi_kern_threads();
+    if ((double)g->planes * (double)g->in_sp < 65536) nt = 1;
+    return nt > g->planes ? (int)g->planes : nt;
+}
+
+void HSI_FN(hsi_pool_forward)(T *y, int32_t *argmax, const T *x, const hsi_pool_dims *d)
+{
+    pool_geom g;
+    pool_geom_fill(&g, d);
+    HSI_FN(pool_job) j = {.d = d, .g = &g, .y = y, .x = x, .argmax = argmax};
+    (void)hsi_kern_parallel(HSI_FN(pool_threads)(&g), HSI_FN(pool_fwd_part), &j);
+}
+
+void HSI_FN(hsi_pool_backward)(T *dx, const T *dy, const int32_t *argmax,
+                               const hsi_pool_dims *d)
+{
+    pool_geom g;
+    pool_geom_fill(&g, d);
+    HSI_FN(pool_job) j = {.d = d, .g = &g, .dx = dx, .dy = dy, .argmax_in = argmax};
+    (void)hsi_kern_parallel(HSI_FN(pool_threads)(&g), HSI_FN(pool_bwd_part), &j);
 }
 
 /* x (N, C, S) -> y (N, C): the mean of each row, summed in 4 partial sums

@@ -51,12 +51,18 @@ void hsi_conv_forward_f64(double *y, const double *x, const double *w, const dou
 void hsi_conv_backward_f64(double *dx, double *dw, double *db, const double *dy,
                            const double *x, const double *w, const hsi_conv_dims *d, void *ws);
 
-/* Which float convolution runs: AUTO takes the direct AVX2 kernels
- * (models/conv_direct.c) where they apply — stride 1, pad <= kernel - 1, a
- * CPU with AVX2 and FMA — and im2col + gemm otherwise; GEMM always takes
- * im2col + gemm (for tests and benchmarks that compare the two). Set it
- * before sizing workspaces; double always uses im2col + gemm. */
-typedef enum { HSI_CONV_IMPL_AUTO = 0, HSI_CONV_IMPL_GEMM = 1 } hsi_conv_impl;
+/* Which float convolution runs: AUTO takes the AVX2 kernels of
+ * models/conv_direct.c where they apply — stride 1, pad <= kernel - 1, a
+ * CPU with AVX2 and FMA — with Winograd F(2x2, 3x3) for the forward and
+ * input gradient of 2-D 3x3 convolutions with pad 1, and im2col + gemm
+ * otherwise; DIRECT the same without Winograd; GEMM always im2col + gemm
+ * (for tests and benchmarks that compare them). Set it before sizing
+ * workspaces; double always uses im2col + gemm. */
+typedef enum {
+    HSI_CONV_IMPL_AUTO = 0,   /* Winograd for 2-D 3x3 pad-1 forward and dx, else direct */
+    HSI_CONV_IMPL_GEMM = 1,   /* im2col + gemm everywhere */
+    HSI_CONV_IMPL_DIRECT = 2  /* the direct kernels, no Winograd */
+} hsi_conv_impl;
 void hsi_conv_set_impl(hsi_conv_impl impl);
 
 /* ---------------------------------------------------------------- pooling */
@@ -111,7 +117,9 @@ void hsi_bn_backward_f32(float *dx, float *dgamma, float *dbeta, const float *dy
                          const float *save_invstd, int n, int c, int64_t s, int training);
 /* Batch norm followed by ReLU in one pass: y = max(0, bn(x)), same
  * arguments as hsi_bn_forward. Backward takes that y as well and masks dy
- * where y <= 0 (PyTorch's ReLU gradient) before the batch-norm backward. */
+ * where y <= 0 (PyTorch's ReLU gradient) before the batch-norm backward;
+ * accumulate = 0 overwrites dx instead of adding to it (dgamma and dbeta
+ * always accumulate). */
 void hsi_bn_relu_forward_f32(float *y, float *save_mean, float *save_invstd,
                              float *running_mean, float *running_var, const float *x,
                              const float *gamma, const float *beta, int n, int c, int64_t s,
@@ -119,7 +127,7 @@ void hsi_bn_relu_forward_f32(float *y, float *save_mean, float *save_invstd,
 void hsi_bn_relu_backward_f32(float *dx, float *dgamma, float *dbeta, const float *dy,
                               const float *x, const float *y, const float *gamma,
                               const float *save_mean, const float *save_invstd, int n, int c,
-                              int64_t s, int training);
+                              int64_t s, int training, int accumulate);
 void hsi_bn_relu_forward_f64(double *y, double *save_mean, double *save_invstd,
                              double *running_mean, double *running_var, const double *x,
                              const double *gamma, const double *beta, int n, int c, int64_t s,
@@ -127,7 +135,7 @@ void hsi_bn_relu_forward_f64(double *y, double *save_mean, double *save_invstd,
 void hsi_bn_relu_backward_f64(double *dx, double *dgamma, double *dbeta, const double *dy,
                               const double *x, const double *y, const double *gamma,
                               const double *save_mean, const double *save_invstd, int n, int c,
-                              int64_t s, int training);
+                              int64_t s, int training, int accumulate);
 /* ..._f64 versions with the same arguments in double */
 void hsi_bn_forward_f64(double *y, double *save_mean, double *save_invstd, double *running_mean,
                         double *running_var, const double *x, const double *gamma,

@@ -1,6 +1,7 @@
 /* ops_layers.c — the layer kernels of layers.h (conv, pooling, global
  * average pooling, batch norm) wrapped as graph nodes: shape checks, arena
  * outputs and scratch, saved state for backward. Not the kernels themselves. */
+#include "models/conv_direct.h"
 #include "models/layers.h"
 #include "models/tensor_impl.h"
 
@@ -27,9 +28,16 @@ typedef struct conv_saved {
 static hsi_status bw_conv(hsi_node *n)
 {
     const conv_saved *s = n->saved;
-    void *dx = hsi_node_grad_in(n, 0), *dw = hsi_node_grad_in(n, 1);
+    int fresh = 0;
+    void *dx = hsi_node_grad_in_fresh(n, 0, &fresh), *dw = hsi_node_grad_in(n, 1);
     void *db = n->n_in > 2 ? hsi_node_grad_in(n, 2) : NULL;
     if (!dx && !dw && !db) return HSI_OK;
+    if (IS32(n->out) && hsi_conv_direct_usable(&s->d)) { /* writes a fresh dx, no zeroing */
+        hsi_conv_direct_backward(dx, dw, db, hsi_node_grad_out(n), hsi_tensor_ptr(n->in[0]),
+                                 hsi_tensor_ptr(n->in[1]), &s->d, s->ws, !fresh);
+        return HSI_OK;
+    }
+    if (fresh) memset(dx, 0, (size_t)hsi_view_nbytes(&n->in[0]->data));
     if (IS32(n->out))
         hsi_conv_backward_f32(dx, dw, db, hsi_node_grad_out(n), hsi_tensor_ptr(n->in[0]),
                               hsi_tensor_ptr(n->in[1]), &s->d, s->ws);
@@ -205,7 +213,8 @@ static hsi_status bw_bn(hsi_node *n)
 {
     const bn_saved *s = n->saved;
     hsi_tensor *x = n->in[0], *gamma = n->in[1];
-    void *dx = hsi_node_grad_in(n, 0);
+    int fresh = 0;
+    void *dx = hsi_node_grad_in_fresh(n, 0, &fresh);
     void *dg = gamma ? hsi_node_grad_in(n, 1) : NULL;
     void *db = n->in[2] ? hsi_node_grad_in(n, 2) : NULL;
     if (!dx && !dg && !db) return HSI_OK;
@@ -214,11 +223,11 @@ static hsi_status bw_bn(hsi_node *n)
     if (IS32(x))
         hsi_bn_relu_backward_f32(dx, dg, db, hsi_node_grad_out(n), hsi_tensor_ptr(x), y,
                                  gamma ? hsi_tensor_ptr(gamma) : NULL, s->mean, s->invstd, N, C,
-                                 spatial(x), s->training);
+                                 spatial(x), s->training, !fresh);
     else
         hsi_bn_relu_backward_f64(dx, dg, db, hsi_node_grad_out(n), hsi_tensor_ptr(x), y,
                                  gamma ? hsi_tensor_ptr(gamma) : NULL, s->mean, s->invstd, N, C,
-                                 spatial(x), s->training);
+                                 spatial(x), s->training, !fresh);
     return HSI_OK;
 }
 

@@ -645,6 +645,18 @@ void *hsi_node_grad_in(hsi_node *n, int i)
     return t->gflow;
 }
 
+void *hsi_node_grad_in_fresh(hsi_node *n, int i, int *fresh)
+{
+    *fresh = 0;
+    hsi_tensor *t = n->in[i];
+    if (t && t->requires_grad && t->grad_fn && !t->gflow) {
+        t->gflow = arena_alloc(n->graph, tensor_bytes(t), NULL);
+        *fresh = t->gflow != NULL;
+        return t->gflow;
+    }
+    return hsi_node_grad_in(n, i);
+}
+
 static void add_into(hsi_dtype dt, void *dst, const void *src, int64_t n)
 {
     if (dt == HSI_F32) {

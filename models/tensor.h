@@ -265,6 +265,11 @@ hsi_node *hsi_op_record(hsi_graph *g, const char *op, hsi_backward_fn bw, hsi_te
  * does not need one). */
 void *hsi_node_grad_out(hsi_node *n);
 void *hsi_node_grad_in(hsi_node *n, int i);
+/* Like hsi_node_grad_in, but a non-leaf input's gradient buffer that no
+ * node has written yet comes back uninitialised with *fresh = 1: the caller
+ * must then write every element (= instead of +=), which saves zeroing it and
+ * reading the zeros. *fresh = 0 otherwise (accumulate as usual). */
+void *hsi_node_grad_in_fresh(hsi_node *n, int i, int *fresh);
 /* Anomaly check of a forward output (HSI_OK when anomaly mode is off). */
 hsi_status hsi_op_check(hsi_tensor *out, const char *op);
 

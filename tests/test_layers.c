@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "models/conv_direct.h"
 #include "models/layers.h"
 
 /* ------------------------------------------------------------ utilities */
@@ -330,6 +331,11 @@ static const conv_case conv_cases[] = {
     {2, 20, 32, 8, {24, 24}, {3, 3}, {1, 1}, {1, 1}, 1},           /* several groups */
     /* channels-last, column rows in several chunks that cross D planes and samples */
     {3, 3, 16, 5, {9, 14, 13}, {3, 3, 3}, {2, 1, 2}, {1, 1, 0}, 1},
+    /* Winograd F(2x2, 3x3) (2-D, 3x3, pad 1): odd sizes (partial tiles), channel
+     * counts that are not multiples of 16, and a 1-pixel-wide input */
+    {2, 3, 5, 20, {7, 9}, {3, 3}, {1, 1}, {1, 1}, 1},
+    {2, 2, 4, 33, {5, 5}, {3, 3}, {1, 1}, {1, 1}, 0},
+    {2, 2, 6, 4, {1, 8}, {3, 3}, {1, 1}, {1, 1}, 1},
 };
 
 /* Forward and backward (all gradients, accumulating onto a prefilled value)
@@ -361,6 +367,18 @@ static void run_conv_vs_ref(const conv_case *cc, int f32)
         memset(ws, 0xFF, wsb);
         hsi_conv_backward_f32(fdx, fdw, fdb, fdy, fx, fw, &d, ws);
         from_f32(y, fy, ny), from_f32(dx, fdx, nx), from_f32(dw, fdw, nw), from_f32(db, fdb, d.k);
+        /* the direct kernels' overwrite mode (a fresh gradient buffer): dx
+         * starts as NaN and comes out as the accumulated one minus the prefill */
+        if (hsi_conv_direct_usable(&d)) {
+            for (int64_t i = 0; i < nx; i++) fdx[i] = NAN;
+            memset(ws, 0xFF, wsb);
+            hsi_conv_direct_backward(fdx, NULL, NULL, fdy, fx, fw, &d, ws, 0);
+            double *dx2 = dalloc(nx);
+            from_f32(dx2, fdx, nx);
+            for (int64_t i = 0; i < nx; i++) dx2[i] += pre;
+            CHECK_CLOSE("dx overwrite", dx2, rdx, nx, 1e-4, 1e-4);
+            free(dx2);
+        }
         /* the weight gradient alone (a first layer) comes out the same */
         for (int64_t i = 0; i < nw; i++) fdw[i] = (float)pre;
         memset(ws, 0xFF, wsb);
@@ -401,12 +419,15 @@ static void test_conv_vs_definition_f64(void)
         run_conv_vs_ref(&conv_cases[i], 0);
 }
 
-/* float: both implementations (the direct AVX2 kernels take the stride-1
- * cases on CPUs that have AVX2; im2col + gemm takes every case) */
+/* float: every implementation (the AVX2 kernels take the stride-1 cases on
+ * CPUs that have AVX2, with Winograd for 2-D 3x3 pad 1 in AUTO; im2col +
+ * gemm takes every case) */
 static void test_conv_vs_definition_f32(void)
 {
-    for (int impl = 0; impl < 2; impl++) {
-        hsi_conv_set_impl(impl ? HSI_CONV_IMPL_GEMM : HSI_CONV_IMPL_AUTO);
+    static const hsi_conv_impl impls[3] = {HSI_CONV_IMPL_AUTO, HSI_CONV_IMPL_DIRECT,
+                                           HSI_CONV_IMPL_GEMM};
+    for (int impl = 0; impl < 3; impl++) {
+        hsi_conv_set_impl(impls[impl]);
         for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++)
             run_conv_vs_ref(&conv_cases[i], 1);
     }
@@ -427,6 +448,8 @@ static void test_conv_threads(void)
         for (size_t c = 0; c < sizeof conv_cases / sizeof *conv_cases; c++) {
             run_conv_vs_ref(&conv_cases[c], 0);
             hsi_conv_set_impl(HSI_CONV_IMPL_GEMM);
+            run_conv_vs_ref(&conv_cases[c], 1);
+            hsi_conv_set_impl(HSI_CONV_IMPL_DIRECT);
             run_conv_vs_ref(&conv_cases[c], 1);
             hsi_conv_set_impl(HSI_CONV_IMPL_AUTO);
             run_conv_vs_ref(&conv_cases[c], 1);
@@ -720,6 +743,52 @@ static void test_pool_dims_and_nan(void)
     }
 }
 
+/* Planes split between 3 threads give what one thread gives, bit for bit
+ * (max 2x2 fast path, general max, average), on sizes above the threshold
+ * where the pass goes multi-threaded. */
+static void test_pool_threads(void)
+{
+    struct { hsi_pool_kind kind; int k, s, p; } cases[] = {
+        {HSI_POOL_MAX, 2, 2, 0}, {HSI_POOL_MAX, 3, 2, 1}, {HSI_POOL_AVG, 3, 1, 1}};
+    const char *prev_env = getenv("HSI_THREADS");
+    char *saved = prev_env ? strdup(prev_env) : NULL;
+    int in[2] = {23, 21}, n = 8, c = 20;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int k[2] = {cases[i].k, cases[i].k}, st[2] = {cases[i].s, cases[i].s},
+            pd[2] = {cases[i].p, cases[i].p};
+        hsi_pool_dims d;
+        HSI_CHECK_OK(hsi_pool_dims_init(&d, cases[i].kind, 2, n, c, in, k, st, pd));
+        int64_t nx = (int64_t)n * c * in[0] * in[1], ny = (int64_t)n * c * d.out[0] * d.out[1];
+        double *dxd = dalloc(nx), *dyd = dalloc(ny);
+        fill_rand(dxd, nx, 1), fill_rand(dyd, ny, 1);
+        float *x = to_f32(dxd, nx), *dy = to_f32(dyd, ny);
+        float *y[2], *dx[2];
+        int32_t *am[2];
+        for (int t = 0; t < 2; t++) {
+            setenv("HSI_THREADS", t ? "3" : "1", 1);
+            y[t] = calloc((size_t)ny, 4), dx[t] = calloc((size_t)nx, 4);
+            am[t] = calloc((size_t)ny, 4);
+            hsi_pool_forward_f32(y[t], am[t], x, &d);
+            hsi_pool_backward_f32(dx[t], dy, am[t], &d);
+        }
+        CU_ASSERT(memcmp(y[0], y[1], 4 * (size_t)ny) == 0);
+        CU_ASSERT(memcmp(dx[0], dx[1], 4 * (size_t)nx) == 0);
+        if (cases[i].kind == HSI_POOL_MAX) CU_ASSERT(memcmp(am[0], am[1], 4 * (size_t)ny) == 0);
+        /* the gradient went somewhere: its sum is dy's sum (max) or dy's sum (avg, full
+         * windows inside; padding takes a share) */
+        double sx = 0, sy = 0;
+        for (int64_t e = 0; e < nx; e++) sx += dx[1][e];
+        for (int64_t e = 0; e < ny; e++) sy += dy[e];
+        if (cases[i].kind == HSI_POOL_MAX) CU_ASSERT(fabs(sx - sy) < 1e-3 * (1 + fabs(sy)));
+        CU_ASSERT(sx != 0);
+        for (int t = 0; t < 2; t++) free(y[t]), free(dx[t]), free(am[t]);
+        free(x), free(dy), free(dxd), free(dyd);
+    }
+    if (saved) setenv("HSI_THREADS", saved, 1);
+    else unsetenv("HSI_THREADS");
+    free(saved);
+}
+
 /* --------------------------------------------------- global average pool */
 
 static void test_gap(void)
@@ -936,7 +1005,7 @@ static void test_bn_relu_fused(void)
         hsi_bn_relu_forward_f64(y2, tr ? mean2 : NULL, tr ? istd2 : NULL, rm2, rv2, x, gp, bp, n,
                                 c, sp, 1e-5, 0.1, tr);
         hsi_bn_relu_backward_f64(dx2, gp ? dg2 : NULL, bp ? db2 : NULL, dy, x, y2, gp, mean2,
-                                 istd2, n, c, sp, tr);
+                                 istd2, n, c, sp, tr, 1);
         /* forward: the same arithmetic; backward: the masked sums may contract
          * to FMA differently than the unmasked loop, so a rounding-level tolerance */
         CU_ASSERT(memcmp(y, y2, sizeof *y * (size_t)nx) == 0);
@@ -950,8 +1019,13 @@ static void test_bn_relu_fused(void)
         for (int64_t e = 0; e < nx; e++) dx3[e] = 0.25;
         setenv("HSI_THREADS", "1", 1);
         hsi_bn_relu_backward_f64(dx3, gp ? dg3 : NULL, bp ? db3 : NULL, dy, x, y2, gp, mean2,
-                                 istd2, n, c, sp, tr);
+                                 istd2, n, c, sp, tr, 1);
         CU_ASSERT(memcmp(dx3, dx2, sizeof *dx * (size_t)nx) == 0);
+        /* overwrite mode: dx3 = NaN first, result = the accumulated one minus the 0.25 */
+        for (int64_t e = 0; e < nx; e++) dx3[e] = NAN;
+        hsi_bn_relu_backward_f64(dx3, NULL, NULL, dy, x, y2, gp, mean2, istd2, n, c, sp, tr, 0);
+        for (int64_t e = 0; e < nx; e++) dx3[e] += 0.25;
+        CHECK_CLOSE("dx overwrite", dx3, dx2, nx, 1e-13, 1e-12);
         CU_ASSERT(memcmp(dg3, dg2, sizeof dg) == 0 && memcmp(db3, db2, sizeof db) == 0);
         free(dx3);
         /* float: fused on three threads = separate on one */
@@ -972,7 +1046,7 @@ static void test_bn_relu_fused(void)
         setenv("HSI_THREADS", "3", 1);
         hsi_bn_relu_forward_f32(fy2, tr ? fm2 : NULL, tr ? fs2 : NULL, frm, frv, fx, fgp, fbp, n,
                                 c, sp, 1e-5f, 0.1f, 0);
-        hsi_bn_relu_backward_f32(fdx2, NULL, NULL, fdy, fx, fy2, fgp, fm2, fs2, n, c, sp, tr);
+        hsi_bn_relu_backward_f32(fdx2, NULL, NULL, fdy, fx, fy2, fgp, fm2, fs2, n, c, sp, tr, 1);
         CU_ASSERT(memcmp(fy, fy2, 4 * (size_t)nx) == 0);
         double *a1 = dalloc(nx), *a2 = dalloc(nx);
         from_f32(a1, fdx, nx), from_f32(a2, fdx2, nx);
@@ -999,7 +1073,8 @@ HSI_SUITE(layers_conv, 0, {"dims and errors", test_conv_dims},
           {"finite differences", test_conv_gradcheck}, {"PyTorch fixtures", test_conv_pytorch})
 HSI_SUITE(layers_pool, 0, {"vs definition (f32, f64)", test_pool_vs_definition},
           {"finite differences", test_pool_gradcheck}, {"PyTorch fixtures", test_pool_pytorch},
-          {"dims errors and NaN", test_pool_dims_and_nan}, {"global average pool", test_gap})
+          {"dims errors and NaN", test_pool_dims_and_nan}, {"global average pool", test_gap},
+          {"3 threads = 1 thread", test_pool_threads})
 HSI_SUITE(layers_bn, 0, {"finite differences", test_bn_gradcheck},
           {"PyTorch fixtures", test_bn_pytorch},
           {"fused ReLU and threads = separate", test_bn_relu_fused})
