@@ -1,5 +1,7 @@
-/* conv_direct.c — direct float convolution (2-D and 3-D, stride 1) with
- * AVX2 + FMA register tiles; no column matrix, no BLAS.
+/* conv_direct.c — float convolution (2-D and 3-D, stride 1) with AVX2 + FMA
+ * register tiles; no column matrix, no BLAS. 2-D 3x3 convolutions with pad 1
+ * use Winograd F(2x2, 3x3) for the forward pass and dx (section below);
+ * everything else the direct kernels described here.
  *
  * The work is an implicit gemm per sample. Forward: out (K, positions) =
  * w (K, C*taps) x the input read in place: the sample's input is copied
@@ -48,6 +50,8 @@ typedef struct dc_geom {
     int64_t bp[3], bplane;                 /* dy padded by ker-1-pad */
     int64_t in_sp, out_sp, nkf, nkb;       /* nkf = C*taps, nkb = K*taps */
     int wg;                                /* Winograd F(2x2, 3x3) for forward and dx */
+    int wgdw;                              /* ... and for dw (enough tiles per sample) */
+    int64_t wg_group;                      /* samples per dw pass */
     int64_t th, tw, nt, hq, wq;            /* its tiles (th x tw = nt) and plane (hq x wq) */
     int slots;
 } dc_geom;
@@ -56,8 +60,8 @@ typedef struct dc_ws {
     float *wf, *wb;          /* packed filters: (kpad/16, nkf, 16), (cpad/16, nkb, 16) */
     int32_t *offf, *offb;    /* plane offset of each (c, tap) / (k, tap) */
     int32_t *pos;            /* plane offset of each output position (forward plane) */
-    float *slot0;            /* per-thread: plane, dyT, dwp, dbp (kpad doubles), V, M, O */
-    int64_t plane_len, dyt_len, dwp_len, dbp_len, v_len, m_len, o_len, slot_len;
+    float *slot0;            /* per-thread: plane, dyT, dwp, dbp (kpad doubles), V, M, O, Z */
+    int64_t plane_len, dyt_len, dwp_len, dbp_len, v_len, m_len, o_len, z_len, slot_len;
 } dc_ws;
 
 static int64_t dc_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
@@ -93,6 +97,11 @@ static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
             g->pad[1] == 1 && g->pad[2] == 1 && g->c >= 4 && g->k >= 4;
     g->th = (g->out[1] + 1) / 2, g->tw = (g->out[2] + 1) / 2, g->nt = g->th * g->tw;
     g->hq = 2 * g->th + 2, g->wq = 2 * g->tw + 2;
+    /* dw sums over the tiles of a sample: with few tiles (5x5 outputs: 9) the
+     * register tile loads and stores its accumulators for too little work */
+    g->wgdw = g->wg && g->nt >= 16;
+    /* dw sums over the tiles of wg_group samples at once (about 72 tiles) */
+    g->wg_group = g->wgdw ? (72 + g->nt - 1) / g->nt : 1;
 }
 
 /* Fills the slot lengths and returns the floats before slot 0; with a base
@@ -106,14 +115,15 @@ static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
     int64_t nwf = dc_round16(dc_max(g->kpad * g->nkf, g->wg ? 16 * g->kpad * c8 : 0)),
             nwb = dc_round16(dc_max(g->cpad * g->nkb, g->wg ? 16 * g->cpad * k8 : 0));
     int64_t nof = dc_round16(dc_max(g->nkf, c8)), nob = dc_round16(dc_max(g->nkb, k8));
-    int64_t head = nwf + nwb + nof + nob + dc_round16(g->out_sp);
+    int64_t npos = dc_round16(dc_max(g->out_sp, g->nt * g->wg_group));
+    int64_t head = nwf + nwb + nof + nob + npos;
     if (base) {
         float *p = base;
         w->wf = p, p += nwf;
         w->wb = p, p += nwb;
         w->offf = (int32_t *)p, p += nof;
         w->offb = (int32_t *)p, p += nob;
-        w->pos = (int32_t *)p, p += dc_round16(g->out_sp);
+        w->pos = (int32_t *)p, p += npos;
         w->slot0 = p;
     }
     int64_t a = g->c * g->fplane, b = g->k * g->bplane, ch = dc_max(c8, k8);
@@ -121,11 +131,12 @@ static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
     w->dyt_len = dc_round16(g->out_sp * g->kpad);
     w->dwp_len = dc_round16(g->nkf * g->kpad);
     w->dbp_len = 2 * g->kpad;
-    w->v_len = g->wg ? dc_round16(16 * ch * g->nt) : 0;
-    w->m_len = g->wg ? dc_round16(16 * g->nt * dc_max(g->kpad, g->cpad)) : 0;
+    w->v_len = g->wg ? dc_round16(16 * ch * g->nt * g->wg_group) : 0;
+    w->m_len = g->wg ? dc_round16(16 * g->nt * g->wg_group * dc_max(g->kpad, g->cpad)) : 0;
     w->o_len = g->wg ? dc_round16(4 * g->nt * dc_max(g->kpad, g->cpad)) : 0;
+    w->z_len = g->wgdw ? dc_round16(16 * c8 * g->kpad) : 0;
     w->slot_len = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len + w->v_len + w->m_len +
-                  w->o_len;
+                  w->o_len + w->z_len;
     return head;
 }
 
@@ -413,10 +424,13 @@ static void wg_plane(float *plane, const float *src, int64_t n_in, int64_t h, in
         }
 }
 
-/* V (16, nt, cp) = B^T d B of every 4x4 window (tile ti, tj at 2ti, 2tj) */
-static DC_TARGET void wg_input(float *v, const float *plane, int64_t cp, const dc_geom *g)
+/* V (16, nt, cp) = B^T d B of every 4x4 window (tile ti, tj at 2ti, 2tj);
+ * xs: floats between the 16 planes of V (nt * cp, or more when V holds the
+ * tiles of several samples) */
+static DC_TARGET void wg_input(float *v, const float *plane, int64_t cp, int64_t xs,
+                               const dc_geom *g)
 {
-    int64_t nt = g->nt, xs = nt * cp, row = g->wq * cp;
+    int64_t row = g->wq * cp;
     for (int64_t ti = 0; ti < g->th; ti++)
         for (int64_t tj = 0; tj < g->tw; tj++) {
             const float *d = plane + (2 * ti * g->wq + 2 * tj) * cp;
@@ -487,7 +501,7 @@ static void wg_sample(float *out, int64_t n_out, const float *src, int64_t n_in,
 {
     int64_t nt = g->nt, npad = dc_round16(n_out), cp = dc_round8(n_in);
     wg_plane(plane, src, n_in, g->out[1], g->out[2], g);
-    wg_input(v, plane, cp, g);
+    wg_input(v, plane, cp, nt * cp, g);
     for (int xi = 0; xi < 16; xi++)
         for (int64_t k0 = 0; k0 < npad; k0 += DC_TILE_K) {
             const float *uk = u + (xi * (npad / 16) + k0 / 16) * cp * 16;
@@ -503,6 +517,64 @@ static void wg_sample(float *out, int64_t n_out, const float *src, int64_t n_in,
 static void wg_offsets(int32_t *off, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) off[i] = (int32_t)i;
+}
+
+/* For dw: Dy (16, nt, kpad) = A dY A^T of every 2x2 block of dy (K, oh, ow)
+ * (A = [1 0; 1 1; 1 -1; 0 -1], the adjoint of the output transform); dyc
+ * (2th, 2tw, kpad): dy channels-last, its padding zeroed by the caller; xs:
+ * floats between the 16 planes of Dy. */
+static DC_TARGET void wg_dy(float *m, int64_t xs, float *dyc, const float *dy, const dc_geom *g)
+{
+    int64_t kpad = g->kpad, oh = g->out[1], ow = g->out[2], ow2 = 2 * g->tw;
+    for (int64_t k = 0; k < g->k; k++)
+        for (int64_t y = 0; y < oh; y++) {
+            const float *r = dy + (k * oh + y) * ow;
+            float *o = dyc + y * ow2 * kpad + k;
+            for (int64_t x = 0; x < ow; x++) o[x * kpad] = r[x];
+        }
+    for (int64_t ti = 0; ti < g->th; ti++)
+        for (int64_t tj = 0; tj < g->tw; tj++) {
+            const float *d = dyc + (2 * ti * ow2 + 2 * tj) * kpad;
+            float *o = m + (ti * g->tw + tj) * kpad;
+            for (int64_t k0 = 0; k0 < kpad; k0 += 8) {
+                dc_v8 d00 = DC_V8(d + k0), d01 = DC_V8(d + kpad + k0),
+                      d10 = DC_V8(d + ow2 * kpad + k0), d11 = DC_V8(d + (ow2 + 1) * kpad + k0);
+                dc_v8 r[4][2] = {{d00, d01}, {d00 + d10, d01 + d11}, {d00 - d10, d01 - d11},
+                                 {-d10, -d11}}; /* A dY (rows) */
+                for (int a = 0; a < 4; a++) { /* (A dY) A^T (columns) */
+                    DC_V8(o + (a * 4 + 0) * xs + k0) = r[a][0];
+                    DC_V8(o + (a * 4 + 1) * xs + k0) = r[a][0] + r[a][1];
+                    DC_V8(o + (a * 4 + 2) * xs + k0) = r[a][0] - r[a][1];
+                    DC_V8(o + (a * 4 + 3) * xs + k0) = -r[a][1];
+                }
+            }
+        }
+}
+
+/* dw (K, C, 3, 3) += G^T Z G, Z = the threads' partials (16, cp, kpad) added
+ * in thread order (in double) */
+static void wg_dw_finish(float *dw, const dc_ws *w, const dc_geom *g, int nt)
+{
+    int64_t cp = dc_round8(g->c), zoff = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len +
+                                         w->v_len + w->m_len + w->o_len;
+    static const double gt[3][4] = {{1, 0.5, 0.5, 0}, {0, 0.5, -0.5, 0}, {0, 0.5, 0.5, 1}};
+    for (int64_t k = 0; k < g->k; k++)
+        for (int64_t c = 0; c < g->c; c++) {
+            double z[16] = {0}, t[3][4];
+            for (int th = 0; th < nt; th++) {
+                const float *zt = w->slot0 + th * w->slot_len + zoff;
+                for (int xi = 0; xi < 16; xi++) z[xi] += zt[(xi * cp + c) * g->kpad + k];
+            }
+            for (int i = 0; i < 3; i++) /* t = G^T Z */
+                for (int b = 0; b < 4; b++)
+                    t[i][b] = gt[i][0] * z[b] + gt[i][1] * z[4 + b] + gt[i][2] * z[8 + b] +
+                              gt[i][3] * z[12 + b];
+            float *o = dw + (k * g->c + c) * 9;
+            for (int i = 0; i < 3; i++) /* (G^T Z) G */
+                for (int e = 0; e < 3; e++)
+                    o[i * 3 + e] += (float)(t[i][0] * gt[e][0] + t[i][1] * gt[e][1] +
+                                            t[i][2] * gt[e][2] + t[i][3] * gt[e][3]);
+        }
 }
 
 /* ----------------------------------------------------------------- passes */
@@ -560,7 +632,30 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
                 dbp[k] += (double)p;
             }
     }
-    if (j->want_dw) {
+    if (j->want_dw && g->wgdw) {
+        /* Z (16, cp, kpad) += V[xi]^T (cp, nt) Dy[xi] (nt, kpad), every sample */
+        float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len,
+              *dyc = m + w->m_len, *z = dyc + w->o_len;
+        int64_t cp = dc_round8(g->c), kp = g->kpad, gn = g->wg_group, nt_ = g->nt * gn;
+        memset(z, 0, (size_t)w->z_len * sizeof(float));
+        memset(dyc, 0, (size_t)w->o_len * sizeof(float));
+        memset(plane, 0, (size_t)(cp * g->hq * g->wq) * sizeof(float));
+        for (int64_t s = s0; s < s1; s += gn) {
+            int64_t ns = s1 - s < gn ? s1 - s : gn, nts = g->nt * ns; /* tiles this pass */
+            for (int64_t e = 0; e < ns; e++) { /* V and Dy of sample s + e at tile e * nt */
+                wg_plane(plane, j->x + (s + e) * g->c * g->in_sp, g->c, g->out[1], g->out[2], g);
+                wg_input(v + e * g->nt * cp, plane, cp, nt_ * cp, g);
+                wg_dy(m + e * g->nt * kp, nt_ * kp, dyc, j->dy + (s + e) * g->k * g->out_sp, g);
+            }
+            for (int xi = 0; xi < 16; xi++)
+                for (int64_t c0 = 0; c0 < cp; c0 += DC_TILE_P) {
+                    int R = (int)(cp - c0 < DC_TILE_P ? cp - c0 : DC_TILE_P);
+                    for (int64_t k0 = 0; k0 < kp; k0 += DC_TILE_K)
+                        dc_dw_tile_any(R, z + (xi * cp + c0) * kp + k0, kp, v + xi * nt_ * cp,
+                                       w->offf + c0, w->pos, nts, m + xi * nt_ * kp + k0);
+                }
+        }
+    } else if (j->want_dw) {
         memset(dwp, 0, (size_t)w->dwp_len * sizeof(float));
         memset(dyt, 0, (size_t)w->dyt_len * sizeof(float));
         memset(plane, 0, (size_t)(g->c * g->fplane) * sizeof(float));
@@ -646,7 +741,10 @@ void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, 
     dc_ws wl;
     dc_geom_fill(&g, d);
     dc_ws_layout(&wl, &g, ws);
-    if (dw) {
+    if (dw && g.wgdw) { /* Winograd dw: channel offsets and tile rows of V */
+        wg_offsets(wl.offf, dc_round8(g.c));
+        for (int64_t t = 0; t < g.nt * g.wg_group; t++) wl.pos[t] = (int32_t)(t * dc_round8(g.c));
+    } else if (dw) {
         dc_offsets(wl.offf, g.c, g.fplane, g.ker, g.fp);
         int64_t o = 0;
         for (int64_t a = 0; a < g.out[0]; a++)
@@ -674,6 +772,10 @@ void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, 
             db[k] += (float)acc;
         }
     if (!dw) return;
+    if (g.wgdw) {
+        wg_dw_finish(dw, &wl, &g, nt);
+        return;
+    }
     /* dw (K, C*taps) += the partials (C*taps, kpad) of the threads, in thread order */
     for (int t = 0; t < nt; t++) {
         const float *p = wl.slot0 + t * wl.slot_len + wl.plane_len + wl.dyt_len;

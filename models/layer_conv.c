@@ -1,5 +1,7 @@
 /* layer_conv.c — 2-D/3-D convolution kernels, forward and backward, in float
- * and double: im2col over a group of samples + one OpenBLAS gemm per group.
+ * and double. Float convolutions the AVX2 kernels take (stride 1; see
+ * conv_direct.c, hsi_conv_direct_usable) go there; everything else here:
+ * im2col over a group of samples + one OpenBLAS gemm per group.
  * Two column layouts: channels-last (the input group is first transposed to
  * zero-padded (n, D, H, W, C), so each column row copies kW*C contiguous
  * values) when C*kW is large, channels-first (rows of oW values, bounds
