@@ -1,22 +1,42 @@
 #!/usr/bin/env bash
 # bench_model.sh — `hsi bench model cnn2d` and the same model in PyTorch
-# (bench/torch_cnn2d.py), same batch, input and threads, in the same run;
-# prints both and the ratios. Part of `make bench` (bench/run.sh).
+# (bench/torch_cnn2d.py), same batch, input and threads, alternating REPEAT
+# times in the same run (this machine's speed drifts by tens of percent over
+# minutes, so one pair of runs says little); prints every pair's ratio and the
+# ratio of the best runs. Part of `make bench` (bench/run.sh).
+# Env: THREADS (2), REPEAT (3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T=${THREADS:-2}
+R=${REPEAT:-3}
 ARGS="--batch 128 --bands 30 --patch 11 --classes 16 --threads $T"
-ours=$(./build/hsi bench model cnn2d $ARGS --json) || exit 1
-echo "hsi:   $ours"
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    theirs=$(/usr/bin/python3 bench/torch_cnn2d.py $ARGS) || exit 1
-    echo "torch: $theirs"
-    /usr/bin/python3 - "$ours" "$theirs" <<'PY'
-import json, sys
-a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-for k in ("train_samples_per_s", "infer_samples_per_s"):
-    print("cnn2d %-20s hsi %9.1f  torch %9.1f  ratio %.2fx" % (k, a[k], b[k], a[k] / b[k]))
-PY
-else
+have_torch=0
+/usr/bin/python3 -c "import torch" 2>/dev/null && have_torch=1
+lines=()
+for r in $(seq "$R"); do
+    ours=$(./build/hsi bench model cnn2d $ARGS --json) || exit 1
+    echo "hsi:   $ours"
+    lines+=("hsi $ours")
+    if [ $have_torch = 1 ]; then
+        theirs=$(/usr/bin/python3 bench/torch_cnn2d.py $ARGS) || exit 1
+        echo "torch: $theirs"
+        lines+=("torch $theirs")
+    fi
+done
+if [ $have_torch = 0 ]; then
     echo "torch: not installed (python3-torch); no ratio"
+    exit 0
 fi
+printf '%s\n' "${lines[@]}" | /usr/bin/python3 -c '
+import json, sys
+runs = {"hsi": [], "torch": []}
+for line in sys.stdin:
+    who, js = line.split(" ", 1)
+    runs[who].append(json.loads(js))
+for k in ("train_samples_per_s", "infer_samples_per_s"):
+    a = [d[k] for d in runs["hsi"]]
+    b = [d[k] for d in runs["torch"]]
+    pairs = " ".join("%.2fx" % (x / y) for x, y in zip(a, b))
+    print("cnn2d %-20s hsi %9.1f  torch %9.1f  ratio %.2fx (best of %d each; pairs: %s)"
+          % (k, max(a), max(b), max(a) / max(b), len(a), pairs))
+'

@@ -50,8 +50,7 @@ typedef struct dc_geom {
     int64_t bp[3], bplane;                 /* dy padded by ker-1-pad */
     int64_t in_sp, out_sp, nkf, nkb;       /* nkf = C*taps, nkb = K*taps */
     int wg;                                /* Winograd F(2x2, 3x3) for forward and dx */
-    int wgdw;                              /* ... and for dw (enough tiles per sample) */
-    int64_t wg_group;                      /* samples per dw pass */
+    int64_t wg_fgroup, wg_group;           /* samples per forward/dx and per dw pass */
     int64_t th, tw, nt, hq, wq;            /* its tiles (th x tw = nt) and plane (hq x wq) */
     int slots;
 } dc_geom;
@@ -97,11 +96,10 @@ static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
             g->pad[1] == 1 && g->pad[2] == 1 && g->c >= 4 && g->k >= 4;
     g->th = (g->out[1] + 1) / 2, g->tw = (g->out[2] + 1) / 2, g->nt = g->th * g->tw;
     g->hq = 2 * g->th + 2, g->wq = 2 * g->tw + 2;
-    /* dw sums over the tiles of a sample: with few tiles (5x5 outputs: 9) the
-     * register tile loads and stores its accumulators for too little work */
-    g->wgdw = g->wg && g->nt >= 16;
-    /* dw sums over the tiles of wg_group samples at once (about 72 tiles) */
-    g->wg_group = g->wgdw ? (72 + g->nt - 1) / g->nt : 1;
+    /* the forward and dx products take the tiles of wg_fgroup samples at once
+     * (about 36 tiles), dw sums over those of wg_group samples (about 72) */
+    g->wg_fgroup = g->wg ? (36 + g->nt - 1) / g->nt : 1;
+    g->wg_group = g->wg ? (72 + g->nt - 1) / g->nt : 1;
 }
 
 /* Fills the slot lengths and returns the floats before slot 0; with a base
@@ -133,8 +131,8 @@ static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
     w->dbp_len = 2 * g->kpad;
     w->v_len = g->wg ? dc_round16(16 * ch * g->nt * g->wg_group) : 0;
     w->m_len = g->wg ? dc_round16(16 * g->nt * g->wg_group * dc_max(g->kpad, g->cpad)) : 0;
-    w->o_len = g->wg ? dc_round16(4 * g->nt * dc_max(g->kpad, g->cpad)) : 0;
-    w->z_len = g->wgdw ? dc_round16(16 * c8 * g->kpad) : 0;
+    w->o_len = g->wg ? dc_round16(4 * g->nt * dc_max(g->kpad, g->cpad)) : 0; /* one sample */
+    w->z_len = g->wg ? dc_round16(16 * c8 * g->kpad) : 0;
     w->slot_len = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len + w->v_len + w->m_len +
                   w->o_len + w->z_len;
     return head;
@@ -454,14 +452,14 @@ static DC_TARGET void wg_input(float *v, const float *plane, int64_t cp, int64_t
         }
 }
 
-/* out (n_out, oh, ow) (+)= A^T M A per tile, M (16, nt, npad); bias or NULL.
- * The 2x2 blocks go channels-last into o (oh+1, ow+1, npad) with vector
- * stores, then out gets them transposed, one channel row at a time. */
-static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, float *o,
+/* out (n_out, oh, ow) (+)= A^T M A per tile, M (16, nt, npad) with xs floats
+ * between its 16 planes; bias or NULL. The 2x2 blocks go channels-last into
+ * o (oh+1, ow+1, npad) with vector stores, then out gets them transposed,
+ * one channel row at a time. */
+static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, int64_t xs, float *o,
                                 const dc_geom *g, const float *bias, int acc)
 {
-    int64_t nt = g->nt, npad = dc_round16(n_out), oh = g->out[1], ow = g->out[2],
-            ow2 = 2 * g->tw, xs = nt * npad;
+    int64_t npad = dc_round16(n_out), oh = g->out[1], ow = g->out[2], ow2 = 2 * g->tw;
     for (int64_t ti = 0; ti < g->th; ti++)
         for (int64_t tj = 0; tj < g->tw; tj++) {
             const float *mt = m + (ti * g->tw + tj) * npad;
@@ -492,16 +490,21 @@ static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, float
     }
 }
 
-/* One sample: out (n_out, oh, ow) (+)= the convolution of src (n_in, oh, ow)
- * (pad 1) with the transformed filters u; plane, v, m, o: scratch (plane's
- * border zeroed by the caller); off: cp offsets 0, 1, ... */
-static void wg_sample(float *out, int64_t n_out, const float *src, int64_t n_in, float *plane,
-                      const float *u, const int32_t *off, float *v, float *m, float *o,
-                      const dc_geom *g, const float *bias, int acc)
+/* ns samples (at most wg_fgroup): out (ns, n_out, oh, ow) (+)= the
+ * convolution of src (ns, n_in, oh, ow) (pad 1) with the transformed filters
+ * u. The tiles of the ns samples share one set of 16 products (few tiles per
+ * sample would leave the register tile half empty). plane, v, m, o: scratch
+ * (plane's border zeroed by the caller); off: cp offsets 0, 1, ... */
+static void wg_samples(float *out, int64_t n_out, const float *src, int64_t n_in, int64_t ns,
+                       float *plane, const float *u, const int32_t *off, float *v, float *m,
+                       float *o, const dc_geom *g, const float *bias, int acc)
 {
-    int64_t nt = g->nt, npad = dc_round16(n_out), cp = dc_round8(n_in);
-    wg_plane(plane, src, n_in, g->out[1], g->out[2], g);
-    wg_input(v, plane, cp, nt * cp, g);
+    int64_t npad = dc_round16(n_out), cp = dc_round8(n_in), nt = g->nt * ns;
+    int64_t in_sp = n_in * g->out[1] * g->out[2], out_sp = n_out * g->out[1] * g->out[2];
+    for (int64_t e = 0; e < ns; e++) {
+        wg_plane(plane, src + e * in_sp, n_in, g->out[1], g->out[2], g);
+        wg_input(v + e * g->nt * cp, plane, cp, nt * cp, g);
+    }
     for (int xi = 0; xi < 16; xi++)
         for (int64_t k0 = 0; k0 < npad; k0 += DC_TILE_K) {
             const float *uk = u + (xi * (npad / 16) + k0 / 16) * cp * 16;
@@ -511,7 +514,8 @@ static void wg_sample(float *out, int64_t n_out, const float *src, int64_t n_in,
                                v + (xi * nt + t0) * cp, cp, off, cp, uk);
             }
         }
-    wg_output(out, n_out, m, o, g, bias, acc);
+    for (int64_t e = 0; e < ns; e++)
+        wg_output(out + e * out_sp, n_out, m + e * g->nt * npad, nt * npad, o, g, bias, acc);
 }
 
 static void wg_offsets(int32_t *off, int64_t n)
@@ -597,9 +601,11 @@ static hsi_status dc_forward_part(void *ctx, int t, int nt)
     if (g->wg) {
         float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len;
         memset(plane, 0, (size_t)(dc_round8(g->c) * g->hq * g->wq) * sizeof(float));
-        for (int64_t s = s0; s < s1; s++)
-            wg_sample(j->y + s * g->k * g->out_sp, g->k, j->x + s * g->c * g->in_sp, g->c, plane,
-                      w->wf, w->offf, v, m, m + w->m_len, g, j->b, 0);
+        for (int64_t s = s0; s < s1; s += g->wg_fgroup) {
+            int64_t ns = s1 - s < g->wg_fgroup ? s1 - s : g->wg_fgroup;
+            wg_samples(j->y + s * g->k * g->out_sp, g->k, j->x + s * g->c * g->in_sp, g->c, ns,
+                       plane, w->wf, w->offf, v, m, m + w->m_len, g, j->b, 0);
+        }
         return HSI_OK;
     }
     memset(plane, 0, (size_t)(g->c * g->fplane) * sizeof(float));
@@ -632,7 +638,7 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
                 dbp[k] += (double)p;
             }
     }
-    if (j->want_dw && g->wgdw) {
+    if (j->want_dw && g->wg) {
         /* Z (16, cp, kpad) += V[xi]^T (cp, nt) Dy[xi] (nt, kpad), every sample */
         float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len,
               *dyc = m + w->m_len, *z = dyc + w->o_len;
@@ -676,9 +682,11 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
     if (j->dx && g->wg) { /* pad 1, stride 1: dx has the size of dy */
         float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len;
         memset(plane, 0, (size_t)(dc_round8(g->k) * g->hq * g->wq) * sizeof(float));
-        for (int64_t s = s0; s < s1; s++)
-            wg_sample(j->dx + s * g->c * g->in_sp, g->c, j->dy + s * g->k * g->out_sp, g->k, plane,
-                      w->wb, w->offb, v, m, m + w->m_len, g, NULL, j->dx_acc);
+        for (int64_t s = s0; s < s1; s += g->wg_fgroup) {
+            int64_t ns = s1 - s < g->wg_fgroup ? s1 - s : g->wg_fgroup;
+            wg_samples(j->dx + s * g->c * g->in_sp, g->c, j->dy + s * g->k * g->out_sp, g->k, ns,
+                       plane, w->wb, w->offb, v, m, m + w->m_len, g, NULL, j->dx_acc);
+        }
     } else if (j->dx) {
         int64_t lead[3];
         for (int a = 0; a < 3; a++) lead[a] = g->ker[a] - 1 - g->pad[a];
@@ -741,7 +749,7 @@ void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, 
     dc_ws wl;
     dc_geom_fill(&g, d);
     dc_ws_layout(&wl, &g, ws);
-    if (dw && g.wgdw) { /* Winograd dw: channel offsets and tile rows of V */
+    if (dw && g.wg) { /* Winograd dw: channel offsets and tile rows of V */
         wg_offsets(wl.offf, dc_round8(g.c));
         for (int64_t t = 0; t < g.nt * g.wg_group; t++) wl.pos[t] = (int32_t)(t * dc_round8(g.c));
     } else if (dw) {
@@ -772,7 +780,7 @@ void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, 
             db[k] += (float)acc;
         }
     if (!dw) return;
-    if (g.wgdw) {
+    if (g.wg) {
         wg_dw_finish(dw, &wl, &g, nt);
         return;
     }
