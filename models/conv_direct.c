@@ -379,14 +379,30 @@ static int64_t dc_round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 /* U (16, npad/16, cp, 16): U[xi][o0][i][j] = (G g G^T)[xi] for the filter g
  * from input channel i to output channel o0 + j; zero past n_out and n_in.
  * flip_transpose: the filters of dx, w (n_in, n_out, 3, 3) rotated 180 deg. */
-static void wg_pack(float *u, const float *w, int64_t n_out, int64_t n_in, int flip_transpose)
+typedef struct wg_pack_job {
+    float *u;
+    const float *w;
+    int64_t n_out, n_in;
+    int flip_transpose;
+} wg_pack_job;
+
+/* output channels [o0, o1) of wg_pack, one 16-channel block per thread at a time */
+static hsi_status wg_pack_part(void *ctx, int th, int nth)
 {
-    int64_t npad = dc_round16(n_out), cp = dc_round8(n_in);
-    memset(u, 0, (size_t)(16 * npad * cp) * sizeof(float));
-    for (int64_t o = 0; o < n_out; o++)
+    const wg_pack_job *j = ctx;
+    int64_t n_out = j->n_out, n_in = j->n_in, npad = dc_round16(n_out), cp = dc_round8(n_in);
+    int64_t b0, b1; /* 16-channel blocks: each block's slice of u is one thread's */
+    hsi_kern_split(npad / 16, th, nth, &b0, &b1);
+    float *u = j->u;
+    const float *w = j->w;
+    for (int xi = 0; xi < 16; xi++)
+        for (int64_t b = b0; b < b1; b++)
+            memset(u + ((xi * (npad / 16) + b) * cp) * 16, 0, (size_t)(cp * 16) * sizeof(float));
+    int64_t o_end = 16 * b1 < n_out ? 16 * b1 : n_out;
+    for (int64_t o = 16 * b0; o < o_end; o++)
         for (int64_t i = 0; i < n_in; i++) {
             float g[9], t[12], r[16];
-            if (flip_transpose)
+            if (j->flip_transpose)
                 for (int e = 0; e < 9; e++) g[e] = w[(i * n_out + o) * 9 + 8 - e];
             else
                 for (int e = 0; e < 9; e++) g[e] = w[(o * n_in + i) * 9 + e];
@@ -406,6 +422,15 @@ static void wg_pack(float *u, const float *w, int64_t n_out, int64_t n_in, int f
             for (int xi = 0; xi < 16; xi++)
                 u[((xi * (npad / 16) + o / 16) * cp + i) * 16 + o % 16] = r[xi];
         }
+    return HSI_OK;
+}
+
+static void wg_pack(float *u, const float *w, int64_t n_out, int64_t n_in, int flip_transpose,
+                    int nt)
+{
+    wg_pack_job j = {u, w, n_out, n_in, flip_transpose};
+    int64_t blocks = dc_round16(n_out) / 16;
+    (void)hsi_kern_parallel(nt < blocks ? nt : (int)blocks, wg_pack_part, &j);
 }
 
 /* plane (hq, wq, cp) interior at (1, 1) = src (n_in, h, w) transposed; the
@@ -555,30 +580,51 @@ static DC_TARGET void wg_dy(float *m, int64_t xs, float *dyc, const float *dy, c
         }
 }
 
-/* dw (K, C, 3, 3) += G^T Z G, Z = the threads' partials (16, cp, kpad) added
- * in thread order (in double) */
-static void wg_dw_finish(float *dw, const dc_ws *w, const dc_geom *g, int nt)
+typedef struct wg_fin_job {
+    float *dw;
+    const dc_ws *w;
+    const dc_geom *g;
+    int n_parts; /* threads whose Z partials are summed */
+} wg_fin_job;
+
+/* output channels [k0, k1): dw (K, C, 3, 3) += G^T Z G, Z = the partials
+ * (16, cp, kpad) of the threads added in thread order (in double); for each
+ * input channel the 16 rows of Z are read along k */
+static hsi_status wg_fin_part(void *ctx, int t, int nt)
 {
-    int64_t cp = dc_round8(g->c), zoff = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len +
-                                         w->v_len + w->m_len + w->o_len;
+    const wg_fin_job *j = ctx;
+    const dc_ws *w = j->w;
+    const dc_geom *g = j->g;
+    int64_t cp = dc_round8(g->c), kp = g->kpad, k0, k1;
+    int64_t zoff = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len + w->v_len + w->m_len +
+                   w->o_len;
+    hsi_kern_split(g->k, t, nt, &k0, &k1);
     static const double gt[3][4] = {{1, 0.5, 0.5, 0}, {0, 0.5, -0.5, 0}, {0, 0.5, 0.5, 1}};
-    for (int64_t k = 0; k < g->k; k++)
-        for (int64_t c = 0; c < g->c; c++) {
-            double z[16] = {0}, t[3][4];
-            for (int th = 0; th < nt; th++) {
-                const float *zt = w->slot0 + th * w->slot_len + zoff;
-                for (int xi = 0; xi < 16; xi++) z[xi] += zt[(xi * cp + c) * g->kpad + k];
+    for (int64_t c = 0; c < g->c; c++)
+        for (int64_t k = k0; k < k1; k++) {
+            double z[16] = {0}, tt[3][4];
+            for (int p = 0; p < j->n_parts; p++) {
+                const float *zt = w->slot0 + p * w->slot_len + zoff + c * kp + k;
+                for (int xi = 0; xi < 16; xi++) z[xi] += zt[xi * cp * kp];
             }
-            for (int i = 0; i < 3; i++) /* t = G^T Z */
+            for (int i = 0; i < 3; i++) /* G^T Z */
                 for (int b = 0; b < 4; b++)
-                    t[i][b] = gt[i][0] * z[b] + gt[i][1] * z[4 + b] + gt[i][2] * z[8 + b] +
-                              gt[i][3] * z[12 + b];
-            float *o = dw + (k * g->c + c) * 9;
+                    tt[i][b] = gt[i][0] * z[b] + gt[i][1] * z[4 + b] + gt[i][2] * z[8 + b] +
+                               gt[i][3] * z[12 + b];
+            float *o = j->dw + (k * g->c + c) * 9;
             for (int i = 0; i < 3; i++) /* (G^T Z) G */
                 for (int e = 0; e < 3; e++)
-                    o[i * 3 + e] += (float)(t[i][0] * gt[e][0] + t[i][1] * gt[e][1] +
-                                            t[i][2] * gt[e][2] + t[i][3] * gt[e][3]);
+                    o[i * 3 + e] += (float)(tt[i][0] * gt[e][0] + tt[i][1] * gt[e][1] +
+                                            tt[i][2] * gt[e][2] + tt[i][3] * gt[e][3]);
         }
+    return HSI_OK;
+}
+
+static void wg_dw_finish(float *dw, const dc_ws *w, const dc_geom *g, int n_parts)
+{
+    wg_fin_job j = {dw, w, g, n_parts};
+    int nt = g->slots < 1 ? 1 : g->slots;
+    (void)hsi_kern_parallel(nt > g->k ? (int)g->k : nt, wg_fin_part, &j);
 }
 
 /* ----------------------------------------------------------------- passes */
@@ -731,7 +777,7 @@ void hsi_conv_direct_forward(float *y, const float *x, const float *w, const flo
     dc_geom_fill(&g, d);
     dc_ws_layout(&wl, &g, ws);
     if (g.wg) {
-        wg_pack(wl.wf, w, g.k, g.c, 0);
+        wg_pack(wl.wf, w, g.k, g.c, 0, dc_threads(&g));
         wg_offsets(wl.offf, dc_round8(g.c));
     } else {
         dc_pack_forward(wl.wf, w, &g);
@@ -761,7 +807,7 @@ void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, 
                     wl.pos[o++] = (int32_t)((a * g.fp[1] + b) * g.fp[2] + e);
     }
     if (dx && g.wg) {
-        wg_pack(wl.wb, w, g.c, g.k, 1);
+        wg_pack(wl.wb, w, g.c, g.k, 1, dc_threads(&g));
         wg_offsets(wl.offb, dc_round8(g.k));
     } else if (dx) {
         dc_pack_backward(wl.wb, w, &g);
