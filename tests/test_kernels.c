@@ -820,3 +820,66 @@ HSI_SUITE(kernels_pca, 0, {"pca: sklearn fit on 18 layouts + scores", test_pca_f
 HSI_SUITE(kernels_fused, 0, {"fused == unfused (modes, subsets, ignore, layouts, sink)", test_fused_equals_unfused})
 HSI_SUITE(kernels_bands, 0, {"bands: spec, wavelengths, bbl", test_bands_parse},
           {"bands: variance ranking + OPBS vs numpy", test_bands_rank_opbs})
+
+/* ------------------------------------------------------------ thread pool */
+
+#include <pthread.h>
+
+#include "kernels/kern_internal.h"
+
+/* Each part adds 1 to its own counter (t of n), and part 0 of an outer call
+ * runs a nested call (which must not wait on the pool it is running in). */
+typedef struct pool_ctx {
+    int counts[8];
+    int nested;
+} pool_ctx;
+
+static hsi_status pool_inner(void *p, int t, int n)
+{
+    (void)n;
+    __atomic_add_fetch(&((pool_ctx *)p)->counts[4 + t], 1, __ATOMIC_RELAXED);
+    return HSI_OK;
+}
+
+static hsi_status pool_outer(void *p, int t, int n)
+{
+    pool_ctx *c = p;
+    __atomic_add_fetch(&c->counts[t], 1, __ATOMIC_RELAXED);
+    if (t == 0 && c->nested) return hsi_kern_parallel(n, pool_inner, c);
+    if (t == 2) return HSI_FAIL(HSI_ERR_ARG, "part %d of %d fails on purpose", t, n);
+    return HSI_OK;
+}
+
+static void *pool_caller(void *p)
+{
+    int *bad = p;
+    for (int r = 0; r < 300; r++) {
+        pool_ctx c = {{0}, r % 2};
+        int n = 1 + r % 4;
+        hsi_status st = hsi_kern_parallel(n, pool_outer, &c);
+        /* part 2 fails when there is one; its message comes back */
+        if ((n > 2) != (st != HSI_OK)) (*bad)++;
+        if (st != HSI_OK && !strstr(hsi_last_error(), "fails on purpose")) (*bad)++;
+        for (int t = 0; t < 4; t++) {
+            if (c.counts[t] != (t < n)) (*bad)++;
+            if (c.counts[4 + t] != (c.nested && t < n)) (*bad)++;
+        }
+    }
+    return NULL;
+}
+
+/* The persistent pool: every part runs exactly once, from two threads calling
+ * at the same time (one of them gets threads of its own), with nested calls
+ * and failing parts. */
+static void test_pool_concurrent(void)
+{
+    pthread_t th;
+    int bad_a = 0, bad_b = 0;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, pool_caller, &bad_a), 0);
+    pool_caller(&bad_b);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(bad_a, 0);
+    CU_ASSERT_EQUAL(bad_b, 0);
+}
+
+HSI_SUITE(kernels_pool, 0, {"thread pool: concurrent callers, nesting, errors", test_pool_concurrent})
