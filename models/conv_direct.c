@@ -314,10 +314,11 @@ static void dc_dw_tile_any(int R, float *dwp, int64_t ld, const float *in, const
 
 /* out (n_out, out dims o[3]) (+)= filters wpk (n_out padded to 16 blocks of
  * (nk, 16)) applied to the padded plane `in` (plane dims p[3]) at stride 1;
- * off: nk plane offsets; bias (n_out) or NULL; acc: 1 adds to out. */
+ * off: nk plane offsets; bias (n_out) or NULL; acc: 1 adds to out; relu: 1
+ * stores max(0, value) (not with acc). */
 static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const float *in,
                           const int64_t *p, const int32_t *off, int64_t nk, const float *wpk,
-                          const float *bias, int acc)
+                          const float *bias, int acc, int relu)
 {
     int64_t out_sp = o[0] * o[1] * o[2];
     float tile[DC_TILE_P * DC_TILE_K];
@@ -336,6 +337,11 @@ static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const flo
                         float bj = bias ? bias[k0 + j] : 0.0f;
                         if (acc)
                             for (int r = 0; r < R; r++) y[r] += tile[r * DC_TILE_K + j];
+                        else if (relu)
+                            for (int r = 0; r < R; r++) {
+                                float v = tile[r * DC_TILE_K + j] + bj;
+                                y[r] = v > 0 ? v : 0;
+                            }
                         else
                             for (int r = 0; r < R; r++) y[r] = tile[r * DC_TILE_K + j] + bj;
                     }
@@ -478,11 +484,12 @@ static DC_TARGET void wg_input(float *v, const float *plane, int64_t cp, int64_t
 }
 
 /* out (n_out, oh, ow) (+)= A^T M A per tile, M (16, nt, npad) with xs floats
- * between its 16 planes; bias or NULL. The 2x2 blocks go channels-last into
+ * between its 16 planes; bias or NULL; relu: max(0, value) (not with acc).
+ * The 2x2 blocks go channels-last into
  * o (oh+1, ow+1, npad) with vector stores, then out gets them transposed,
  * one channel row at a time. */
 static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, int64_t xs, float *o,
-                                const dc_geom *g, const float *bias, int acc)
+                                const dc_geom *g, const float *bias, int acc, int relu)
 {
     int64_t npad = dc_round16(n_out), oh = g->out[1], ow = g->out[2], ow2 = 2 * g->tw;
     for (int64_t ti = 0; ti < g->th; ti++)
@@ -509,6 +516,11 @@ static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, int64
             const float *src = o + y * ow2 * npad + k;
             if (acc)
                 for (int64_t x = 0; x < ow; x++) dst[x] += src[x * npad];
+            else if (relu)
+                for (int64_t x = 0; x < ow; x++) {
+                    float v = src[x * npad] + b;
+                    dst[x] = v > 0 ? v : 0;
+                }
             else
                 for (int64_t x = 0; x < ow; x++) dst[x] = src[x * npad] + b;
         }
@@ -522,7 +534,7 @@ static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, int64
  * (plane's border zeroed by the caller); off: cp offsets 0, 1, ... */
 static void wg_samples(float *out, int64_t n_out, const float *src, int64_t n_in, int64_t ns,
                        float *plane, const float *u, const int32_t *off, float *v, float *m,
-                       float *o, const dc_geom *g, const float *bias, int acc)
+                       float *o, const dc_geom *g, const float *bias, int acc, int relu)
 {
     int64_t npad = dc_round16(n_out), cp = dc_round8(n_in), nt = g->nt * ns;
     int64_t in_sp = n_in * g->out[1] * g->out[2], out_sp = n_out * g->out[1] * g->out[2];
@@ -540,7 +552,7 @@ static void wg_samples(float *out, int64_t n_out, const float *src, int64_t n_in
             }
         }
     for (int64_t e = 0; e < ns; e++)
-        wg_output(out + e * out_sp, n_out, m + e * g->nt * npad, nt * npad, o, g, bias, acc);
+        wg_output(out + e * out_sp, n_out, m + e * g->nt * npad, nt * npad, o, g, bias, acc, relu);
 }
 
 static void wg_offsets(int32_t *off, int64_t n)
@@ -634,7 +646,7 @@ typedef struct dc_job {
     const dc_ws *w;
     float *y, *dx;
     const float *x, *b, *dy;
-    int want_dw, want_db, dx_acc;
+    int want_dw, want_db, dx_acc, relu;
 } dc_job;
 
 static hsi_status dc_forward_part(void *ctx, int t, int nt)
@@ -650,7 +662,7 @@ static hsi_status dc_forward_part(void *ctx, int t, int nt)
         for (int64_t s = s0; s < s1; s += g->wg_fgroup) {
             int64_t ns = s1 - s < g->wg_fgroup ? s1 - s : g->wg_fgroup;
             wg_samples(j->y + s * g->k * g->out_sp, g->k, j->x + s * g->c * g->in_sp, g->c, ns,
-                       plane, w->wf, w->offf, v, m, m + w->m_len, g, j->b, 0);
+                       plane, w->wf, w->offf, v, m, m + w->m_len, g, j->b, 0, j->relu);
         }
         return HSI_OK;
     }
@@ -658,7 +670,7 @@ static hsi_status dc_forward_part(void *ctx, int t, int nt)
     for (int64_t s = s0; s < s1; s++) {
         dc_pad_copy(plane, j->x + s * g->c * g->in_sp, g->c, g->in, g->fp, g->pad);
         dc_conv_plane(j->y + s * g->k * g->out_sp, g->k, g->out, plane, g->fp, w->offf, g->nkf,
-                      w->wf, j->b, 0);
+                      w->wf, j->b, 0, j->relu);
     }
     return HSI_OK;
 }
@@ -731,7 +743,7 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
         for (int64_t s = s0; s < s1; s += g->wg_fgroup) {
             int64_t ns = s1 - s < g->wg_fgroup ? s1 - s : g->wg_fgroup;
             wg_samples(j->dx + s * g->c * g->in_sp, g->c, j->dy + s * g->k * g->out_sp, g->k, ns,
-                       plane, w->wb, w->offb, v, m, m + w->m_len, g, NULL, j->dx_acc);
+                       plane, w->wb, w->offb, v, m, m + w->m_len, g, NULL, j->dx_acc, 0);
         }
     } else if (j->dx) {
         int64_t lead[3];
@@ -740,7 +752,7 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
         for (int64_t s = s0; s < s1; s++) {
             dc_pad_copy(plane, j->dy + s * g->k * g->out_sp, g->k, g->out, g->bp, lead);
             dc_conv_plane(j->dx + s * g->c * g->in_sp, g->c, g->in, plane, g->bp, w->offb,
-                          g->nkb, w->wb, NULL, j->dx_acc);
+                          g->nkb, w->wb, NULL, j->dx_acc, 0);
         }
     }
     return HSI_OK;
@@ -770,7 +782,7 @@ static void dc_pack_backward(float *wb, const float *w, const dc_geom *g)
 }
 
 void hsi_conv_direct_forward(float *y, const float *x, const float *w, const float *b,
-                             const hsi_conv_dims *d, void *ws)
+                             const hsi_conv_dims *d, void *ws, int relu)
 {
     dc_geom g;
     dc_ws wl;
@@ -783,7 +795,7 @@ void hsi_conv_direct_forward(float *y, const float *x, const float *w, const flo
         dc_pack_forward(wl.wf, w, &g);
         dc_offsets(wl.offf, g.c, g.fplane, g.ker, g.fp);
     }
-    dc_job j = {.g = &g, .w = &wl, .y = y, .x = x, .b = b};
+    dc_job j = {.g = &g, .w = &wl, .y = y, .x = x, .b = b, .relu = relu};
     (void)hsi_kern_parallel(dc_threads(&g), dc_forward_part, &j); /* parts cannot fail */
 }
 

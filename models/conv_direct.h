@@ -22,11 +22,11 @@ int hsi_conv_direct_usable(const hsi_conv_dims *d);
 /* Bytes of workspace the direct forward and backward of d need. */
 size_t hsi_conv_direct_ws_bytes(const hsi_conv_dims *d);
 /* Same contract as hsi_conv_forward_f32 / hsi_conv_backward_f32 (y
- * overwritten; dx, dw, db accumulated, each optional), except that
- * dx_accumulate = 0 overwrites dx (a gradient buffer nothing has written
- * yet: no zeroing pass, no read). */
+ * overwritten; dx, dw, db accumulated, each optional), except that relu = 1
+ * stores max(0, y) (a fused ReLU) and dx_accumulate = 0 overwrites dx (a
+ * gradient buffer nothing has written yet: no zeroing pass, no read). */
 void hsi_conv_direct_forward(float *y, const float *x, const float *w, const float *b,
-                             const hsi_conv_dims *d, void *ws);
+                             const hsi_conv_dims *d, void *ws, int relu);
 void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                               const float *w, const hsi_conv_dims *d, void *ws, int dx_accumulate);
 

@@ -600,7 +600,7 @@ void HSI_FN(hsi_conv_forward)(T *y, const T *x, const T *w, const T *b,
 {
 #ifdef HSI_DIRECT
     if (hsi_conv_direct_usable(d)) {
-        hsi_conv_direct_forward(y, x, w, b, d, ws);
+        hsi_conv_direct_forward(y, x, w, b, d, ws, 0);
         return;
     }
 #endif

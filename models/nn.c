@@ -263,6 +263,24 @@ hsi_status hsi_module_forward(hsi_tensor **out, hsi_module *m, hsi_graph *g, hsi
         hsi_tensor *h = x;
         for (int i = 0; i < m->n_children; i++) {
             hsi_module *c = m->children[i];
+            if (c->kind == HSI_MOD_CONV && i + 2 < m->n_children && !hsi_is_grad_enabled() &&
+                m->children[i + 1]->kind == HSI_MOD_BATCHNORM && !m->children[i + 1]->training &&
+                m->children[i + 2]->kind == HSI_MOD_RELU) {
+                /* inference: conv + batch norm (running statistics) + ReLU in one pass,
+                 * under the conv's name */
+                hsi_module *bn = m->children[i + 1];
+                const char *prev = hsi_set_layer_name(c->name);
+                st = hsi_conv_bn_relu_eval(&h, g, h, own(c, "weight"), own(c, "bias"), c->nd,
+                                           c->stride, c->pad, own(bn, "weight"), own(bn, "bias"),
+                                           own(bn, "running_mean"), own(bn, "running_var"),
+                                           bn->eps);
+                hsi_set_layer_name(prev);
+                if (st != HSI_OK && !strstr(hsi_last_error(), "anomaly"))
+                    hsi_fail_context(st, "layer '%s'", c->name);
+                HSI_TRY(st);
+                i += 2;
+                continue;
+            }
             if (c->kind == HSI_MOD_BATCHNORM && i + 1 < m->n_children &&
                 m->children[i + 1]->kind == HSI_MOD_RELU) {
                 /* batch norm + ReLU as one node (recorded under the batch norm's name) */

@@ -47,11 +47,50 @@ static hsi_status bw_conv(hsi_node *n)
     return HSI_OK;
 }
 
-hsi_status hsi_conv(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *w, hsi_tensor *b,
-                    int nd, const int *stride, const int *pad)
+/* An eval-mode batch norm folded into the convolution before it (then ReLU). */
+typedef struct bn_fold {
+    hsi_tensor *gamma, *beta, *mean, *var;
+    double eps;
+} bn_fold;
+
+static hsi_status check_c(const char *arg, hsi_tensor *t, int64_t c, hsi_dtype dt);
+
+/* wf (K, C*taps) and bf (K) = the filters and bias of conv then batch norm:
+ * s = gamma / sqrt(var + eps); wf = w s; bf = (b - mean) s + beta (s and bf in
+ * double) */
+#define FOLD_BN(T)                                                                             \
+    do {                                                                                       \
+        const T *w_ = hsi_tensor_ptr(w), *b_ = b ? hsi_tensor_ptr(b) : NULL;                   \
+        const T *g_ = f->gamma ? hsi_tensor_ptr(f->gamma) : NULL;                              \
+        const T *be_ = f->beta ? hsi_tensor_ptr(f->beta) : NULL;                               \
+        const T *m_ = hsi_tensor_ptr(f->mean), *v_ = hsi_tensor_ptr(f->var);                   \
+        T *wo_ = wf, *bo_ = bf;                                                                \
+        for (int64_t k = 0; k < K; k++) {                                                      \
+            double sc = (g_ ? (double)g_[k] : 1.0) / sqrt((double)v_[k] + f->eps);             \
+            bo_[k] = (T)(((b_ ? (double)b_[k] : 0.0) - (double)m_[k]) * sc +                   \
+                         (be_ ? (double)be_[k] : 0.0));                                        \
+            T s_ = (T)sc;                                                                      \
+            for (int64_t i = 0; i < per; i++) wo_[k * per + i] = w_[k * per + i] * s_;         \
+        }                                                                                      \
+    } while (0)
+
+static void fold_bn(void *wf, void *bf, const hsi_tensor *w, const hsi_tensor *b,
+                    const bn_fold *f, int f32)
+{
+    int64_t K = w->data.shape[0], per = hsi_tensor_count(w) / K;
+    if (f32)
+        FOLD_BN(float);
+    else
+        FOLD_BN(double);
+}
+#undef FOLD_BN
+
+static hsi_status conv_any(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *w,
+                           hsi_tensor *b, int nd, const int *stride, const int *pad,
+                           const bn_fold *fold)
 {
     hsi_status st = HSI_OK;
-    const char *op = nd == 3 ? "conv3d" : "conv2d";
+    const char *op = fold ? "conv_bn_relu" : nd == 3 ? "conv3d" : "conv2d";
     if (nd != 2 && nd != 3) return HSI_FAIL(HSI_ERR_ARG, "conv: nd must be 2 or 3 (got %d)", nd);
     HSI_TRY(hsi_eng_check_float(x, op, "x"));
     HSI_TRY(hsi_eng_check_float(w, op, "weight"));
@@ -87,6 +126,28 @@ hsi_status hsi_conv(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *w
     int64_t shape[5] = {x->data.shape[0], w->data.shape[0]};
     for (int k = 0; k < nd; k++) shape[2 + k] = s->d.out[k];
     HSI_TRY(hsi_op_output(out, g, x->data.dtype, nd + 2, shape));
+    if (fold) { /* inference only: nothing is recorded, the folded weights are scratch */
+        void *wf = hsi_graph_scratch(g, (size_t)hsi_view_nbytes(&w->data));
+        void *bf = hsi_graph_scratch(g, (size_t)w->data.shape[0] * esz);
+        if (!wf || !bf) return HSI_FAIL(HSI_ERR_NOMEM, "%s: out of arena memory", op);
+        fold_bn(wf, bf, w, b, fold, IS32(x));
+        void *y = hsi_tensor_ptr(*out);
+        if (IS32(x) && hsi_conv_direct_usable(&s->d)) {
+            hsi_conv_direct_forward(y, hsi_tensor_ptr(x), wf, bf, &s->d, s->ws, 1);
+        } else { /* the ReLU as a pass of its own */
+            int64_t n = hsi_tensor_count(*out);
+            if (IS32(x)) {
+                hsi_conv_forward_f32(y, hsi_tensor_ptr(x), wf, bf, &s->d, s->ws);
+                for (int64_t i = 0; i < n; i++) ((float *)y)[i] = ((float *)y)[i] > 0 ? ((float *)y)[i] : 0;
+            } else {
+                hsi_conv_forward_f64(y, hsi_tensor_ptr(x), wf, bf, &s->d, s->ws);
+                for (int64_t i = 0; i < n; i++) ((double *)y)[i] = ((double *)y)[i] > 0 ? ((double *)y)[i] : 0;
+            }
+        }
+        hsi_op_record(g, op, NULL, *out, NULL, 0); /* for the op profiler only */
+        HSI_TRY(hsi_op_check(*out, op));
+        return HSI_OK;
+    }
     if (IS32(x))
         hsi_conv_forward_f32(hsi_tensor_ptr(*out), hsi_tensor_ptr(x), hsi_tensor_ptr(w),
                              b ? hsi_tensor_ptr(b) : NULL, &s->d, s->ws);
@@ -97,6 +158,37 @@ hsi_status hsi_conv(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *w
     hsi_node *n = hsi_op_record(g, op, bw_conv, *out, ins, b ? 3 : 2);
     if (n) n->saved = s;
     HSI_TRY(hsi_op_check(*out, op));
+cleanup:
+    return st;
+}
+
+hsi_status hsi_conv(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *w, hsi_tensor *b,
+                    int nd, const int *stride, const int *pad)
+{
+    return conv_any(out, g, x, w, b, nd, stride, pad, NULL);
+}
+
+hsi_status hsi_conv_bn_relu_eval(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *w,
+                                 hsi_tensor *b, int nd, const int *stride, const int *pad,
+                                 hsi_tensor *gamma, hsi_tensor *beta, hsi_tensor *running_mean,
+                                 hsi_tensor *running_var, double eps)
+{
+    hsi_status st = HSI_OK;
+    if (hsi_is_grad_enabled())
+        return HSI_FAIL(HSI_ERR_STATE, "conv_bn_relu: inference only (gradient recording is on; "
+                                       "use hsi_conv, hsi_batch_norm_relu)");
+    if (!running_mean || !running_var)
+        return HSI_FAIL(HSI_ERR_ARG, "conv_bn_relu: needs running_mean and running_var");
+    if (w->data.ndim < 1 || !hsi_view_is_packed(&w->data))
+        return shape_err("conv_bn_relu", "weight", w, "packed (K, C, ...)");
+    /* the batch norm's channels are the convolution's outputs */
+    int64_t k = w->data.shape[0];
+    HSI_TRY(check_c("weight", gamma, k, w->data.dtype));
+    HSI_TRY(check_c("bias", beta, k, w->data.dtype));
+    HSI_TRY(check_c("running_mean", running_mean, k, w->data.dtype));
+    HSI_TRY(check_c("running_var", running_var, k, w->data.dtype));
+    bn_fold f = {gamma, beta, running_mean, running_var, eps};
+    return conv_any(out, g, x, w, b, nd, stride, pad, &f);
 cleanup:
     return st;
 }
@@ -231,16 +323,15 @@ static hsi_status bw_bn(hsi_node *n)
     return HSI_OK;
 }
 
-static hsi_status check_c(const char *arg, hsi_tensor *t, const hsi_tensor *x)
+static hsi_status check_c(const char *arg, hsi_tensor *t, int64_t c, hsi_dtype dt)
 {
     if (!t) return HSI_OK;
     hsi_status st = hsi_eng_check_float(t, "batch_norm", arg);
     if (st != HSI_OK) return st;
-    if (t->data.dtype != x->data.dtype || t->data.ndim != 1 ||
-        t->data.shape[0] != x->data.shape[1] || !hsi_view_is_packed(&t->data)) {
+    if (t->data.dtype != dt || t->data.ndim != 1 || t->data.shape[0] != c ||
+        !hsi_view_is_packed(&t->data)) {
         char e[64];
-        snprintf(e, sizeof e, "(%lld) packed, dtype %s", (long long)x->data.shape[1],
-                 hsi_dtype_name(x->data.dtype));
+        snprintf(e, sizeof e, "(%lld) packed, dtype %s", (long long)c, hsi_dtype_name(dt));
         return shape_err("batch_norm", arg, t, e);
     }
     return HSI_OK;
@@ -255,10 +346,10 @@ static hsi_status batch_norm_any(hsi_tensor **out, hsi_graph *g, hsi_tensor *x,
     const char *op = relu ? "batch_norm_relu" : "batch_norm";
     HSI_TRY(hsi_eng_check_float(x, op, "x"));
     if (x->data.ndim < 2) return shape_err(op, "x", x, "(N, C) or (N, C, ...)");
-    HSI_TRY(check_c("weight", gamma, x));
-    HSI_TRY(check_c("bias", beta, x));
-    HSI_TRY(check_c("running_mean", running_mean, x));
-    HSI_TRY(check_c("running_var", running_var, x));
+    HSI_TRY(check_c("weight", gamma, x->data.shape[1], x->data.dtype));
+    HSI_TRY(check_c("bias", beta, x->data.shape[1], x->data.dtype));
+    HSI_TRY(check_c("running_mean", running_mean, x->data.shape[1], x->data.dtype));
+    HSI_TRY(check_c("running_var", running_var, x->data.shape[1], x->data.dtype));
     if (!training && (!running_mean || !running_var))
         return HSI_FAIL(HSI_ERR_ARG, "batch_norm: eval mode needs running_mean and running_var");
     HSI_TRY(hsi_eng_packed(&x, g, x));

@@ -229,6 +229,17 @@ hsi_status hsi_global_avg_pool(hsi_tensor **out, hsi_graph *g, hsi_tensor *x);
 hsi_status hsi_batch_norm(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *gamma,
                           hsi_tensor *beta, hsi_tensor *running_mean, hsi_tensor *running_var,
                           hsi_tensor *num_batches, int training, double momentum, double eps);
+/* Inference only (gradient recording off, else HSI_ERR_STATE): conv, then
+ * batch norm with its running statistics, then ReLU, as one pass: the batch
+ * norm is folded into the filters and bias (s = gamma / sqrt(var + eps),
+ * w s, (b - mean) s + beta) and the ReLU applied as the outputs are stored.
+ * The same values as the three ops up to float rounding of the folding. The
+ * module system uses it for conv + eval-mode batch norm + ReLU without
+ * gradients. */
+hsi_status hsi_conv_bn_relu_eval(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *w,
+                                 hsi_tensor *b, int nd, const int *stride, const int *pad,
+                                 hsi_tensor *gamma, hsi_tensor *beta, hsi_tensor *running_mean,
+                                 hsi_tensor *running_var, double eps);
 /* hsi_batch_norm then ReLU as one node ("batch_norm_relu"): the same values
  * and gradients as the two ops, without the intermediate tensor; the
  * module system uses it for a batch norm followed by a ReLU. */

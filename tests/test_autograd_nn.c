@@ -111,6 +111,48 @@ static void test_no_grad_inference(void)
     rig_free(&r);
 }
 
+/* Inference folds each conv + eval batch norm + ReLU into one pass
+ * (hsi_conv_bn_relu_eval): its logits match the three separate ops (the
+ * same eval forward with gradient recording on) to float rounding, after a
+ * few training steps have moved the running statistics, the weights and
+ * biases away from their initial values. */
+static void test_fused_eval_matches(void)
+{
+    rig r = {0};
+    rig_make(&r, 9);
+    for (int i = 0; i < 4; i++) rig_step(&r, 300 + i);
+    hsi_module_train(r.m, 0);
+    fill_batch(r.x, r.y, 6);
+    hsi_tensor *sep = NULL, *fused = NULL;
+    hsi_graph *g2 = NULL;
+    HSI_CHECK_OK(hsi_graph_new(&g2));
+    hsi_graph_reset(r.g);
+    HSI_CHECK_OK(hsi_module_forward(&sep, r.m, r.g, r.x)); /* grad on: separate ops */
+    CU_ASSERT(hsi_graph_n_nodes(r.g) > 0);
+    int prev = hsi_set_grad_enabled(0);
+    HSI_CHECK_OK(hsi_module_forward(&fused, r.m, g2, r.x));
+    hsi_set_grad_enabled(prev);
+    const float *a = hsi_tensor_ptr(sep), *b = hsi_tensor_ptr(fused);
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < hsi_tensor_count(sep); i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > worst) worst = d;
+        if (fabs(a[i]) > scale) scale = fabs(a[i]);
+    }
+    CU_ASSERT(scale > 0.01);
+    CU_ASSERT(worst <= 1e-5 + 1e-4 * scale);
+    /* outside inference the fused op refuses to run */
+    hsi_tensor *t = NULL;
+    int s1[2] = {1, 1};
+    HSI_CHECK_FAILS(hsi_conv_bn_relu_eval(&t, g2, r.x, hsi_module_find(r.m, "features.0.weight"),
+                                          NULL, 2, s1, s1, NULL, NULL,
+                                          hsi_module_find(r.m, "features.1.running_mean"),
+                                          hsi_module_find(r.m, "features.1.running_var"), 1e-5),
+                    HSI_ERR_STATE, "inference only");
+    hsi_graph_free(g2);
+    rig_free(&r);
+}
+
 static void test_strict_nonstrict(void)
 {
     hsi_module *a = NULL, *b = NULL, *c = NULL;
@@ -287,6 +329,7 @@ static void test_init_and_counts(void)
 }
 
 HSI_SUITE(autograd_nn, 0, {"steady-state steps allocate nothing", test_steady_state_memory},
+          {"inference: fused conv + BN + ReLU = separate ops", test_fused_eval_matches},
           {"no-grad inference allocates no gradients", test_no_grad_inference},
           {"strict / non-strict loading, module. prefix", test_strict_nonstrict},
           {"resume from a training checkpoint is bit-identical", test_resume_bit_identical},
