@@ -1,7 +1,8 @@
 /* conv_direct.c — float convolution (2-D and 3-D, stride 1) with AVX2 + FMA
  * register tiles; no column matrix, no BLAS. 2-D 3x3 convolutions with pad 1
- * use Winograd F(2x2, 3x3) for the forward pass and dx (section below);
- * everything else the direct kernels described here.
+ * use Winograd F(2x2, 3x3) for the forward pass, dx and dw (section below,
+ * on the same register tiles); everything else the direct kernels described
+ * here. Inference can fuse a ReLU into the forward pass's stores.
  *
  * The work is an implicit gemm per sample. Forward: out (K, positions) =
  * w (K, C*taps) x the input read in place: the sample's input is copied
@@ -56,9 +57,11 @@ typedef struct dc_geom {
 } dc_geom;
 
 typedef struct dc_ws {
-    float *wf, *wb;          /* packed filters: (kpad/16, nkf, 16), (cpad/16, nkb, 16) */
-    int32_t *offf, *offb;    /* plane offset of each (c, tap) / (k, tap) */
-    int32_t *pos;            /* plane offset of each output position (forward plane) */
+    float *wf, *wb;          /* packed filters: (kpad/16, nkf, 16), (cpad/16, nkb, 16);
+                                Winograd: transformed, (16, kpad/16, c8, 16), (16, cpad/16, k8, 16) */
+    int32_t *offf, *offb;    /* plane offset of each (c, tap) / (k, tap); Winograd: 0, 1, ... */
+    int32_t *pos;            /* plane offset of each output position (forward plane);
+                                Winograd dw: offset of each tile's row of V */
     float *slot0;            /* per-thread: plane, dyT, dwp, dbp (kpad doubles), V, M, O, Z */
     int64_t plane_len, dyt_len, dwp_len, dbp_len, v_len, m_len, o_len, z_len, slot_len;
 } dc_ws;
