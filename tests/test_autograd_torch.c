@@ -10,6 +10,8 @@
  *   optimisers and schedules (float64): 1e-12 + 1e-12 */
 #include "test.h"
 
+#include "models/layers.h"
+
 #include "models/checkpoint.h"
 
 #define FX(name) "tests/fixtures/autograd/" name
@@ -247,7 +249,8 @@ static hsi_module *small_cnn(void)
     return root;
 }
 
-static void test_small_cnn_adamw(void)
+/* The small CNN's three AdamW steps on one convolution implementation. */
+static void run_small_cnn_adamw(void)
 {
     hsi_module *m = small_cnn();
     CU_ASSERT_EQUAL_FATAL(hsi_module_param_count(m), 4 * 27 + 8 + 6 * 36 + 12 + 18 + 3);
@@ -305,6 +308,19 @@ static void test_small_cnn_adamw(void)
     hsi_optim_free(o);
     hsi_module_free(m);
     hsi_safetensors_close(f);
+}
+
+/* ... on each float convolution: Winograd + direct (the default), direct
+ * only, im2col + gemm (the engine's zero-then-accumulate gradient path) */
+static void test_small_cnn_adamw(void)
+{
+    static const hsi_conv_impl impls[3] = {HSI_CONV_IMPL_AUTO, HSI_CONV_IMPL_DIRECT,
+                                           HSI_CONV_IMPL_GEMM};
+    for (int i = 0; i < 3; i++) {
+        hsi_conv_set_impl(impls[i]);
+        run_small_cnn_adamw();
+    }
+    hsi_conv_set_impl(HSI_CONV_IMPL_AUTO);
 }
 
 static void test_optim_parity(void)
