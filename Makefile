@@ -26,7 +26,7 @@ TEST_LIBS  := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null || echo -lcunit
 
 WARN    := -Wall -Wextra -Wno-format-truncation -Wno-unused-parameter -Wshadow=local
 CFLAGS  ?= $(OPT) -g
-override CFLAGS += -std=gnu11 -fPIC -pthread $(WARN) -MMD -MP -I. -Iio -Ikernels -Ipipeline -Imodels \
+override CFLAGS += -std=gnu11 -fPIC -pthread -fno-math-errno $(WARN) -MMD -MP -I. -Iio -Ikernels -Ipipeline -Imodels \
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
 

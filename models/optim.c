@@ -89,9 +89,9 @@ static hsi_status state_like(hsi_tensor **s, const hsi_tensor *p)
         }                                                                                      \
     } while (0)
 
-#define ADAM_BODY(T)                                                                           \
+#define ADAM_BODY(T, SQRT)                                                                     \
     do {                                                                                       \
-        T *p = pp, *g = gp, *m = mp, *v = vp;                                                  \
+        T *restrict p = pp, *restrict g = gp, *restrict m = mp, *restrict v = vp;              \
         T b1 = (T)c->beta1, b2 = (T)c->beta2, omb1 = (T)(1 - c->beta1),                        \
           omb2 = (T)(1 - c->beta2), wd = (T)c->weight_decay, eps = (T)c->eps;                  \
         T step_size = (T)(c->lr / bc1), bc2s = (T)sqrt(bc2), decay = (T)(1 - c->lr * c->weight_decay); \
@@ -103,7 +103,7 @@ static hsi_status state_like(hsi_tensor **s, const hsi_tensor *p)
                 gi = gi + wd * p[k];                                                           \
             m[k] = m[k] * b1 + omb1 * gi;                                                      \
             v[k] = v[k] * b2 + omb2 * (gi * gi);                                                 \
-            T denom = (T)sqrt(v[k]) / bc2s + eps;                                              \
+            T denom = SQRT(v[k]) / bc2s + eps; /* float: sqrtf = (float)sqrt, both exact */      \
             p[k] = p[k] - step_size * (m[k] / denom);                                          \
         }                                                                                      \
     } while (0)
@@ -137,9 +137,9 @@ hsi_status hsi_optim_step(hsi_optim *o)
             HSI_TRY(state_like(&o->state2[i], t));
             void *mp = hsi_tensor_ptr(o->state1[i]), *vp = hsi_tensor_ptr(o->state2[i]);
             if (f32)
-                ADAM_BODY(float);
+                ADAM_BODY(float, sqrtf);
             else
-                ADAM_BODY(double);
+                ADAM_BODY(double, sqrt);
         }
     }
 cleanup:
