@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -30,8 +31,6 @@
 #include "models/optim.h"
 #include "models/tensor.h"
 #include "pipeline/patches_cuda.h"
-
-#include <cblas.h>
 
 #define CHECK(expr)                                                                               \
     do {                                                                                          \
@@ -385,10 +384,13 @@ static void bench_model_cpu(FILE *js, const char *name, int batch, int bands, in
         if (s >= 2) t += hsi_now() - t0;
     }
     double sps = (double)batch * steps / t;
-    fprintf(stderr, "%s on the CPU engine (%d BLAS threads): train %.0f samples/s\n", name,
-            openblas_get_num_threads(), sps);
+    /* the engine's threads: HSI_THREADS, else every core (its BLAS calls are single-threaded) */
+    const char *ht = getenv("HSI_THREADS");
+    int n_threads = ht && atoi(ht) > 0 ? atoi(ht) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    fprintf(stderr, "%s on the CPU engine (%d threads): train %.0f samples/s\n", name, n_threads,
+            sps);
     fprintf(js, "  \"%s_cpu\": {\"train_samples_per_s\": %.1f, \"threads\": %d},\n", name, sps,
-            openblas_get_num_threads());
+            n_threads);
     hsi_tensor_free(x);
     hsi_tensor_free(y);
     hsi_graph_free(g);
