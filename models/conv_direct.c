@@ -50,7 +50,7 @@ typedef struct dc_geom {
     int64_t fp[3], fplane;                 /* padded input plane */
     int64_t bp[3], bplane;                 /* dy padded by ker-1-pad */
     int64_t in_sp, out_sp, nkf, nkb;       /* nkf = C*taps, nkb = K*taps */
-    int wg;                                /* Winograd F(2x2, 3x3) for forward and dx */
+    int wg, wgdx;                          /* Winograd F(2x2, 3x3) for forward and dw; dx */
     int64_t wg_fgroup, wg_group;           /* samples per forward/dx and per dw pass */
     int64_t th, tw, nt, hq, wq;            /* its tiles (th x tw = nt) and plane (hq x wq) */
     int slots;
@@ -93,10 +93,12 @@ static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
     g->slots = hsi_kern_threads();
     if (g->slots > DC_MAX_SLOTS) g->slots = DC_MAX_SLOTS;
     if (g->slots > g->n) g->slots = (int)g->n;
-    /* 2-D 3x3, pad 1 (output size = input size, so dx has the same tiles;
-     * stride 1 is checked by the caller) */
+    /* Winograd: 2-D 3x3 with pad 0 or 1 (stride 1 is checked by the caller)
+     * for the forward pass and dw; dx too with pad 1 (then dx has the size of
+     * dy and the same tiles; with pad 0 dx takes the direct kernels) */
     g->wg = dc_impl == HSI_CONV_IMPL_AUTO && d->nd == 2 && g->ker[1] == 3 && g->ker[2] == 3 &&
-            g->pad[1] == 1 && g->pad[2] == 1 && g->c >= 4 && g->k >= 4;
+            g->pad[1] <= 1 && g->pad[2] <= 1 && g->c >= 4 && g->k >= 4;
+    g->wgdx = g->wg && g->pad[1] == 1 && g->pad[2] == 1;
     g->th = (g->out[1] + 1) / 2, g->tw = (g->out[2] + 1) / 2, g->nt = g->th * g->tw;
     g->hq = 2 * g->th + 2, g->wq = 2 * g->tw + 2;
     /* the forward and dx products take the tiles of wg_fgroup samples at once
@@ -442,16 +444,17 @@ static void wg_pack(float *u, const float *w, int64_t n_out, int64_t n_in, int f
     (void)hsi_kern_parallel(nt < blocks ? nt : (int)blocks, wg_pack_part, &j);
 }
 
-/* plane (hq, wq, cp) interior at (1, 1) = src (n_in, h, w) transposed; the
- * border and channels past n_in stay as they are (zeroed once). */
+/* plane (hq, wq, cp) interior at (lead_y, lead_x) = src (n_in, h, w)
+ * transposed; the border and channels past n_in stay as they are (zeroed
+ * once). */
 static void wg_plane(float *plane, const float *src, int64_t n_in, int64_t h, int64_t w,
-                     const dc_geom *g)
+                     int64_t lead_y, int64_t lead_x, const dc_geom *g)
 {
     int64_t cp = dc_round8(n_in);
     for (int64_t c = 0; c < n_in; c++)
         for (int64_t y = 0; y < h; y++) {
             const float *r = src + (c * h + y) * w;
-            float *o = plane + ((y + 1) * g->wq + 1) * cp + c;
+            float *o = plane + ((y + lead_y) * g->wq + lead_x) * cp + c;
             for (int64_t x = 0; x < w; x++) o[x * cp] = r[x];
         }
 }
@@ -531,18 +534,19 @@ static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, int64
 }
 
 /* ns samples (at most wg_fgroup): out (ns, n_out, oh, ow) (+)= the
- * convolution of src (ns, n_in, oh, ow) (pad 1) with the transformed filters
- * u. The tiles of the ns samples share one set of 16 products (few tiles per
+ * convolution of src (ns, n_in, src_hw), placed at `lead` in the padded
+ * plane, with the transformed filters u. The tiles of the ns samples share one set of 16 products (few tiles per
  * sample would leave the register tile half empty). plane, v, m, o: scratch
  * (plane's border zeroed by the caller); off: cp offsets 0, 1, ... */
-static void wg_samples(float *out, int64_t n_out, const float *src, int64_t n_in, int64_t ns,
-                       float *plane, const float *u, const int32_t *off, float *v, float *m,
-                       float *o, const dc_geom *g, const float *bias, int acc, int relu)
+static void wg_samples(float *out, int64_t n_out, const float *src, int64_t n_in,
+                       const int64_t *src_hw, const int64_t *lead, int64_t ns, float *plane,
+                       const float *u, const int32_t *off, float *v, float *m, float *o,
+                       const dc_geom *g, const float *bias, int acc, int relu)
 {
     int64_t npad = dc_round16(n_out), cp = dc_round8(n_in), nt = g->nt * ns;
-    int64_t in_sp = n_in * g->out[1] * g->out[2], out_sp = n_out * g->out[1] * g->out[2];
+    int64_t in_sp = n_in * src_hw[0] * src_hw[1], out_sp = n_out * g->out[1] * g->out[2];
     for (int64_t e = 0; e < ns; e++) {
-        wg_plane(plane, src + e * in_sp, n_in, g->out[1], g->out[2], g);
+        wg_plane(plane, src + e * in_sp, n_in, src_hw[0], src_hw[1], lead[0], lead[1], g);
         wg_input(v + e * g->nt * cp, plane, cp, nt * cp, g);
     }
     for (int xi = 0; xi < 16; xi++)
@@ -664,8 +668,9 @@ static hsi_status dc_forward_part(void *ctx, int t, int nt)
         memset(plane, 0, (size_t)(dc_round8(g->c) * g->hq * g->wq) * sizeof(float));
         for (int64_t s = s0; s < s1; s += g->wg_fgroup) {
             int64_t ns = s1 - s < g->wg_fgroup ? s1 - s : g->wg_fgroup;
-            wg_samples(j->y + s * g->k * g->out_sp, g->k, j->x + s * g->c * g->in_sp, g->c, ns,
-                       plane, w->wf, w->offf, v, m, m + w->m_len, g, j->b, 0, j->relu);
+            wg_samples(j->y + s * g->k * g->out_sp, g->k, j->x + s * g->c * g->in_sp, g->c,
+                       g->in + 1, g->pad + 1, ns, plane, w->wf, w->offf, v, m, m + w->m_len, g,
+                       j->b, 0, j->relu);
         }
         return HSI_OK;
     }
@@ -710,7 +715,8 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
         for (int64_t s = s0; s < s1; s += gn) {
             int64_t ns = s1 - s < gn ? s1 - s : gn, nts = g->nt * ns; /* tiles this pass */
             for (int64_t e = 0; e < ns; e++) { /* V and Dy of sample s + e at tile e * nt */
-                wg_plane(plane, j->x + (s + e) * g->c * g->in_sp, g->c, g->out[1], g->out[2], g);
+                wg_plane(plane, j->x + (s + e) * g->c * g->in_sp, g->c, g->in[1], g->in[2],
+                         g->pad[1], g->pad[2], g);
                 wg_input(v + e * g->nt * cp, plane, cp, nt_ * cp, g);
                 wg_dy(m + e * g->nt * kp, nt_ * kp, dyc, j->dy + (s + e) * g->k * g->out_sp, g);
             }
@@ -740,13 +746,14 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
             }
         }
     }
-    if (j->dx && g->wg) { /* pad 1, stride 1: dx has the size of dy */
+    if (j->dx && g->wgdx) { /* pad 1, stride 1: dx has the size of dy */
         float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len;
         memset(plane, 0, (size_t)(dc_round8(g->k) * g->hq * g->wq) * sizeof(float));
         for (int64_t s = s0; s < s1; s += g->wg_fgroup) {
             int64_t ns = s1 - s < g->wg_fgroup ? s1 - s : g->wg_fgroup;
-            wg_samples(j->dx + s * g->c * g->in_sp, g->c, j->dy + s * g->k * g->out_sp, g->k, ns,
-                       plane, w->wb, w->offb, v, m, m + w->m_len, g, NULL, j->dx_acc, 0);
+            wg_samples(j->dx + s * g->c * g->in_sp, g->c, j->dy + s * g->k * g->out_sp, g->k,
+                       g->out + 1, g->pad + 1, ns, plane, w->wb, w->offb, v, m, m + w->m_len, g,
+                       NULL, j->dx_acc, 0);
         }
     } else if (j->dx) {
         int64_t lead[3];
@@ -821,7 +828,7 @@ void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, 
                 for (int64_t e = 0; e < g.out[2]; e++)
                     wl.pos[o++] = (int32_t)((a * g.fp[1] + b) * g.fp[2] + e);
     }
-    if (dx && g.wg) {
+    if (dx && g.wgdx) {
         wg_pack(wl.wb, w, g.c, g.k, 1, dc_threads(&g));
         wg_offsets(wl.offb, dc_round8(g.k));
     } else if (dx) {

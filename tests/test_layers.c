@@ -336,6 +336,9 @@ static const conv_case conv_cases[] = {
     {2, 3, 5, 20, {7, 9}, {3, 3}, {1, 1}, {1, 1}, 1},
     {2, 2, 4, 33, {5, 5}, {3, 3}, {1, 1}, {1, 1}, 0},
     {2, 2, 6, 4, {1, 8}, {3, 3}, {1, 1}, {1, 1}, 1},
+    /* Winograd with pad 0 and mixed pads (forward and dw; dx direct) */
+    {2, 3, 6, 10, {9, 8}, {3, 3}, {1, 1}, {0, 0}, 1},
+    {2, 2, 8, 5, {7, 10}, {3, 3}, {1, 1}, {1, 0}, 0},
 };
 
 /* Forward and backward (all gradients, accumulating onto a prefilled value)
