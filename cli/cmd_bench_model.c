@@ -174,7 +174,7 @@ HSI_CLI_COMMAND(bench_model,
                  "data and prints samples/s (--json: train_samples_per_s,\n"
                  "infer_samples_per_s, per-phase ms; --ops: time per op and layer on\n"
                  "stderr; --conv: the float convolution: auto = Winograd F(2x2,3x3) for\n"
-                 "3x3 pad-1 convs and direct AVX2 kernels for the rest, direct = no\n"
+                 "3x3 convs with pad 0 or 1 and direct AVX2 kernels for the rest, direct = no\n"
                  "Winograd, gemm = im2col + OpenBLAS). bench/bench_model.sh runs PyTorch\n"
                  "(bench/torch_cnn2d.py) beside it with the same threads and prints the ratio.\n",
                  bench_model})

@@ -1,8 +1,8 @@
 /* conv_direct.c — float convolution (2-D and 3-D, stride 1) with AVX2 + FMA
- * register tiles; no column matrix, no BLAS. 2-D 3x3 convolutions with pad 1
- * use Winograd F(2x2, 3x3) for the forward pass, dx and dw (section below,
- * on the same register tiles); everything else the direct kernels described
- * here. Inference can fuse a ReLU into the forward pass's stores.
+ * register tiles; no column matrix, no BLAS. 2-D 3x3 convolutions with pad
+ * 0 or 1 use Winograd F(2x2, 3x3) for the forward pass and dw, and with pad
+ * 1 for dx too (section below, on the same register tiles); everything else
+ * the direct kernels described here. Inference can fuse a ReLU into the forward pass's stores.
  *
  * The work is an implicit gemm per sample. Forward: out (K, positions) =
  * w (K, C*taps) x the input read in place: the sample's input is copied

@@ -53,13 +53,14 @@ void hsi_conv_backward_f64(double *dx, double *dw, double *db, const double *dy,
 
 /* Which float convolution runs: AUTO takes the AVX2 kernels of
  * models/conv_direct.c where they apply — stride 1, pad <= kernel - 1, a
- * CPU with AVX2 and FMA — with Winograd F(2x2, 3x3) for the forward and
- * input gradient of 2-D 3x3 convolutions with pad 1, and im2col + gemm
+ * CPU with AVX2 and FMA — with Winograd F(2x2, 3x3) for 2-D 3x3
+ * convolutions with pad 0 or 1 (forward and weight gradient; the input
+ * gradient too with pad 1), and im2col + gemm
  * otherwise; DIRECT the same without Winograd; GEMM always im2col + gemm
  * (for tests and benchmarks that compare them). Set it before sizing
  * workspaces; double always uses im2col + gemm. */
 typedef enum {
-    HSI_CONV_IMPL_AUTO = 0,   /* Winograd for 2-D 3x3 pad-1 forward and dx, else direct */
+    HSI_CONV_IMPL_AUTO = 0,   /* Winograd for 2-D 3x3 pad 0/1 convs, else direct */
     HSI_CONV_IMPL_GEMM = 1,   /* im2col + gemm everywhere */
     HSI_CONV_IMPL_DIRECT = 2  /* the direct kernels, no Winograd */
 } hsi_conv_impl;
