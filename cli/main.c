@@ -144,6 +144,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "hsi: unknown command '%s' (see 'hsi --help')\n", name);
         return HSI_EXIT_USAGE;
     }
-    if (hsi_cli_wants_help(c, argc - 1, argv + 1)) return HSI_EXIT_OK;
+    /* "hsi bench model --help": the help of the subcommand ("bench-model"),
+     * which the command's own dispatch shows */
+    char sub[128] = "";
+    if (argc > 2 && argv[2][0] != '-') snprintf(sub, sizeof sub, "%s-%s", name, argv[2]);
+    if (!(sub[0] && hsi_cli_find(sub)) && hsi_cli_wants_help(c, argc - 1, argv + 1))
+        return HSI_EXIT_OK;
     return c->run(argc - 1, argv + 1);
 }

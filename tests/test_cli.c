@@ -34,6 +34,14 @@ static void test_help(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " frobnicate"), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "unknown command"));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert only-one-arg.hdr"), 2);
+    /* a subcommand's own help, not its parent's */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model --help"), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "usage: hsi bench model"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--conv"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench --help"), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "usage: hsi bench WHAT"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model cnn2d --conv fast"), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "auto, direct or gemm"));
 }
 
 static void test_synth_reproduces_samples(void)
