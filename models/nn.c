@@ -256,56 +256,56 @@ static hsi_status forward_leaf(hsi_tensor **out, hsi_module *m, hsi_graph *g, hs
     }
 }
 
+/* How many modules from ch[0] on (n left) run as one fused op: conv + eval
+ * batch norm + ReLU at inference (3: hsi_conv_bn_relu_eval), batch norm +
+ * ReLU (2: hsi_batch_norm_relu), else 1. */
+static int fused_span(hsi_module *const *ch, int n)
+{
+    if (n >= 3 && ch[0]->kind == HSI_MOD_CONV && ch[1]->kind == HSI_MOD_BATCHNORM &&
+        !ch[1]->training && ch[2]->kind == HSI_MOD_RELU && !hsi_is_grad_enabled())
+        return 3;
+    if (n >= 2 && ch[0]->kind == HSI_MOD_BATCHNORM && ch[1]->kind == HSI_MOD_RELU) return 2;
+    return 1;
+}
+
+/* span leaf modules from ch[0] as one op (fused_span), recorded under the
+ * first one's name; an error names that layer */
+static hsi_status forward_span(hsi_tensor **out, hsi_module *const *ch, int span, hsi_graph *g,
+                               hsi_tensor *x)
+{
+    hsi_module *c = ch[0];
+    const char *prev = hsi_set_layer_name(c->name);
+    hsi_status st;
+    if (span == 3)
+        st = hsi_conv_bn_relu_eval(out, g, x, own(c, "weight"), own(c, "bias"), c->nd, c->stride,
+                                   c->pad, own(ch[1], "weight"), own(ch[1], "bias"),
+                                   own(ch[1], "running_mean"), own(ch[1], "running_var"),
+                                   ch[1]->eps);
+    else if (span == 2)
+        st = hsi_batch_norm_relu(out, g, x, own(c, "weight"), own(c, "bias"),
+                                 own(c, "running_mean"), own(c, "running_var"),
+                                 own(c, "num_batches_tracked"), c->training, c->momentum, c->eps);
+    else
+        st = forward_leaf(out, c, g, x);
+    hsi_set_layer_name(prev);
+    if (st != HSI_OK && !strstr(hsi_last_error(), "anomaly"))
+        hsi_fail_context(st, "layer '%s'", c->name);
+    return st;
+}
+
 hsi_status hsi_module_forward(hsi_tensor **out, hsi_module *m, hsi_graph *g, hsi_tensor *x)
 {
     hsi_status st = HSI_OK;
-    if (m->kind == HSI_MOD_SEQUENTIAL) {
-        hsi_tensor *h = x;
-        for (int i = 0; i < m->n_children; i++) {
-            hsi_module *c = m->children[i];
-            if (c->kind == HSI_MOD_CONV && i + 2 < m->n_children && !hsi_is_grad_enabled() &&
-                m->children[i + 1]->kind == HSI_MOD_BATCHNORM && !m->children[i + 1]->training &&
-                m->children[i + 2]->kind == HSI_MOD_RELU) {
-                /* inference: conv + batch norm (running statistics) + ReLU in one pass,
-                 * under the conv's name */
-                hsi_module *bn = m->children[i + 1];
-                const char *prev = hsi_set_layer_name(c->name);
-                st = hsi_conv_bn_relu_eval(&h, g, h, own(c, "weight"), own(c, "bias"), c->nd,
-                                           c->stride, c->pad, own(bn, "weight"), own(bn, "bias"),
-                                           own(bn, "running_mean"), own(bn, "running_var"),
-                                           bn->eps);
-                hsi_set_layer_name(prev);
-                if (st != HSI_OK && !strstr(hsi_last_error(), "anomaly"))
-                    hsi_fail_context(st, "layer '%s'", c->name);
-                HSI_TRY(st);
-                i += 2;
-                continue;
-            }
-            if (c->kind == HSI_MOD_BATCHNORM && i + 1 < m->n_children &&
-                m->children[i + 1]->kind == HSI_MOD_RELU) {
-                /* batch norm + ReLU as one node (recorded under the batch norm's name) */
-                const char *prev = hsi_set_layer_name(c->name);
-                st = hsi_batch_norm_relu(&h, g, h, own(c, "weight"), own(c, "bias"),
-                                         own(c, "running_mean"), own(c, "running_var"),
-                                         own(c, "num_batches_tracked"), c->training,
-                                         c->momentum, c->eps);
-                hsi_set_layer_name(prev);
-                if (st != HSI_OK && !strstr(hsi_last_error(), "anomaly"))
-                    hsi_fail_context(st, "layer '%s'", c->name);
-                HSI_TRY(st);
-                i++;
-                continue;
-            }
-            HSI_TRY(hsi_module_forward(&h, c, g, h));
-        }
-        *out = h;
-        return HSI_OK;
+    if (m->kind != HSI_MOD_SEQUENTIAL) return forward_span(out, &m, 1, g, x);
+    hsi_tensor *h = x;
+    for (int i = 0, span; i < m->n_children; i += span) {
+        span = fused_span(m->children + i, m->n_children - i);
+        if (span == 1)
+            HSI_TRY(hsi_module_forward(&h, m->children[i], g, h));
+        else
+            HSI_TRY(forward_span(&h, m->children + i, span, g, h));
     }
-    const char *prev = hsi_set_layer_name(m->name);
-    st = forward_leaf(out, m, g, x);
-    hsi_set_layer_name(prev);
-    if (st != HSI_OK && !strstr(hsi_last_error(), "anomaly"))
-        hsi_fail_context(st, "layer '%s'", m->name);
+    *out = h;
 cleanup:
     return st;
 }
