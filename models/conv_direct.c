@@ -397,7 +397,7 @@ typedef struct wg_pack_job {
     int flip_transpose;
 } wg_pack_job;
 
-/* output channels [o0, o1) of wg_pack, one 16-channel block per thread at a time */
+/* wg_pack for the 16-channel blocks of output channels that thread th of nth owns */
 static hsi_status wg_pack_part(void *ctx, int th, int nth)
 {
     const wg_pack_job *j = ctx;
@@ -406,32 +406,38 @@ static hsi_status wg_pack_part(void *ctx, int th, int nth)
     hsi_kern_split(npad / 16, th, nth, &b0, &b1);
     float *u = j->u;
     const float *w = j->w;
-    for (int xi = 0; xi < 16; xi++)
-        for (int64_t b = b0; b < b1; b++)
-            memset(u + ((xi * (npad / 16) + b) * cp) * 16, 0, (size_t)(cp * 16) * sizeof(float));
-    int64_t o_end = 16 * b1 < n_out ? 16 * b1 : n_out;
-    for (int64_t o = 16 * b0; o < o_end; o++)
-        for (int64_t i = 0; i < n_in; i++) {
-            float g[9], t[12], r[16];
-            if (j->flip_transpose)
-                for (int e = 0; e < 9; e++) g[e] = w[(i * n_out + o) * 9 + 8 - e];
-            else
-                for (int e = 0; e < 9; e++) g[e] = w[(o * n_in + i) * 9 + e];
-            for (int c = 0; c < 3; c++) { /* t (4x3) = G g */
-                t[0 * 3 + c] = g[c];
-                t[1 * 3 + c] = 0.5f * (g[c] + g[3 + c] + g[6 + c]);
-                t[2 * 3 + c] = 0.5f * (g[c] - g[3 + c] + g[6 + c]);
-                t[3 * 3 + c] = g[6 + c];
-            }
-            for (int a = 0; a < 4; a++) { /* r (4x4) = t G^T */
-                const float *q = t + a * 3;
-                r[a * 4 + 0] = q[0];
-                r[a * 4 + 1] = 0.5f * (q[0] + q[1] + q[2]);
-                r[a * 4 + 2] = 0.5f * (q[0] - q[1] + q[2]);
-                r[a * 4 + 3] = q[2];
+    /* block by block, input channel by input channel, the 16 output channels
+     * of the block innermost: each 64-byte row of u is written at once */
+    for (int64_t b = b0; b < b1; b++)
+        for (int64_t i = 0; i < cp; i++) {
+            float r16[16][16]; /* [xi][j] */
+            for (int64_t jj = 0; jj < 16; jj++) {
+                int64_t o = 16 * b + jj;
+                if (o >= n_out || i >= n_in) { /* padding: zero filters */
+                    for (int xi = 0; xi < 16; xi++) r16[xi][jj] = 0;
+                    continue;
+                }
+                float g[9], t[12];
+                if (j->flip_transpose)
+                    for (int e = 0; e < 9; e++) g[e] = w[(i * n_out + o) * 9 + 8 - e];
+                else
+                    for (int e = 0; e < 9; e++) g[e] = w[(o * n_in + i) * 9 + e];
+                for (int c = 0; c < 3; c++) { /* t (4x3) = G g */
+                    t[0 * 3 + c] = g[c];
+                    t[1 * 3 + c] = 0.5f * (g[c] + g[3 + c] + g[6 + c]);
+                    t[2 * 3 + c] = 0.5f * (g[c] - g[3 + c] + g[6 + c]);
+                    t[3 * 3 + c] = g[6 + c];
+                }
+                for (int a = 0; a < 4; a++) { /* (t G^T)[a][.] */
+                    const float *q = t + a * 3;
+                    r16[a * 4 + 0][jj] = q[0];
+                    r16[a * 4 + 1][jj] = 0.5f * (q[0] + q[1] + q[2]);
+                    r16[a * 4 + 2][jj] = 0.5f * (q[0] - q[1] + q[2]);
+                    r16[a * 4 + 3][jj] = q[2];
+                }
             }
             for (int xi = 0; xi < 16; xi++)
-                u[((xi * (npad / 16) + o / 16) * cp + i) * 16 + o % 16] = r[xi];
+                memcpy(u + ((xi * (npad / 16) + b) * cp + i) * 16, r16[xi], sizeof r16[xi]);
         }
     return HSI_OK;
 }
@@ -607,9 +613,10 @@ typedef struct wg_fin_job {
 } wg_fin_job;
 
 /* output channels [k0, k1): dw (K, C, 3, 3) += G^T Z G, Z = the partials
- * (16, cp, kpad) of the threads added in thread order (in double); for each
- * input channel the 16 rows of Z are read along k */
-static hsi_status wg_fin_part(void *ctx, int t, int nt)
+ * (16, cp, kpad) of the threads added in thread order; 8 output channels at
+ * a time in the lanes of a vector (Z is contiguous along k), the rest one
+ * by one */
+static DC_TARGET hsi_status wg_fin_part(void *ctx, int t, int nt)
 {
     const wg_fin_job *j = ctx;
     const dc_ws *w = j->w;
@@ -618,23 +625,43 @@ static hsi_status wg_fin_part(void *ctx, int t, int nt)
     int64_t zoff = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len + w->v_len + w->m_len +
                    w->o_len;
     hsi_kern_split(g->k, t, nt, &k0, &k1);
-    static const double gt[3][4] = {{1, 0.5, 0.5, 0}, {0, 0.5, -0.5, 0}, {0, 0.5, 0.5, 1}};
     for (int64_t c = 0; c < g->c; c++)
-        for (int64_t k = k0; k < k1; k++) {
-            double z[16] = {0}, tt[3][4];
-            for (int p = 0; p < j->n_parts; p++) {
-                const float *zt = w->slot0 + p * w->slot_len + zoff + c * kp + k;
-                for (int xi = 0; xi < 16; xi++) z[xi] += zt[xi * cp * kp];
+        for (int64_t k = k0; k < k1; k += 8) {
+            int64_t nk = k1 - k < 8 ? k1 - k : 8;
+            dc_v8 z[16], tt[3][4];
+            float zs[8];
+            for (int xi = 0; xi < 16; xi++) {
+                dc_v8 acc = {0};
+                for (int p = 0; p < j->n_parts; p++) {
+                    const float *zt = w->slot0 + p * w->slot_len + zoff + (xi * cp + c) * kp + k;
+                    if (nk == 8) {
+                        acc += DC_V8(zt);
+                    } else { /* the last few channels of the range */
+                        memcpy(zs, zt, (size_t)nk * sizeof(float));
+                        for (int64_t l = nk; l < 8; l++) zs[l] = 0;
+                        acc += DC_V8(zs);
+                    }
+                }
+                z[xi] = acc;
             }
-            for (int i = 0; i < 3; i++) /* G^T Z */
-                for (int b = 0; b < 4; b++)
-                    tt[i][b] = gt[i][0] * z[b] + gt[i][1] * z[4 + b] + gt[i][2] * z[8 + b] +
-                               gt[i][3] * z[12 + b];
-            float *o = j->dw + (k * g->c + c) * 9;
-            for (int i = 0; i < 3; i++) /* (G^T Z) G */
-                for (int e = 0; e < 3; e++)
-                    o[i * 3 + e] += (float)(tt[i][0] * gt[e][0] + tt[i][1] * gt[e][1] +
-                                            tt[i][2] * gt[e][2] + tt[i][3] * gt[e][3]);
+            for (int b = 0; b < 4; b++) { /* G^T Z: rows 1/2 (z0 + z1 + z2), ... */
+                tt[0][b] = z[b] + 0.5f * (z[4 + b] + z[8 + b]);
+                tt[1][b] = 0.5f * (z[4 + b] - z[8 + b]);
+                tt[2][b] = 0.5f * (z[4 + b] + z[8 + b]) + z[12 + b];
+            }
+            float o9[9][8];
+            for (int i = 0; i < 3; i++) { /* (G^T Z) G */
+                dc_v8 e0 = tt[i][0] + 0.5f * (tt[i][1] + tt[i][2]);
+                dc_v8 e1 = 0.5f * (tt[i][1] - tt[i][2]);
+                dc_v8 e2 = 0.5f * (tt[i][1] + tt[i][2]) + tt[i][3];
+                memcpy(o9[i * 3 + 0], &e0, 32);
+                memcpy(o9[i * 3 + 1], &e1, 32);
+                memcpy(o9[i * 3 + 2], &e2, 32);
+            }
+            for (int64_t l = 0; l < nk; l++) {
+                float *o = j->dw + ((k + l) * g->c + c) * 9;
+                for (int e = 0; e < 9; e++) o[e] += o9[e][l];
+            }
         }
     return HSI_OK;
 }
