@@ -91,6 +91,21 @@ static struct {
           PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, {0}};
 static __thread int pool_worker; /* this thread is a pool worker */
 
+/* A child of fork() has none of the workers (only the forking thread is
+ * copied) and may hold copies of locked mutexes: start it with an empty
+ * pool, which grows again on first use. */
+static void pool_after_fork_child(void)
+{
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_mutex_init(&pool.owner, NULL);
+    pthread_cond_init(&pool.work, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pool.n_workers = 0, pool.gen = 0, pool.n = 0, pool.pending = 0, pool.args = NULL;
+}
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static void pool_register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork_child); }
+
 /* spin iterations before sleeping (a few tens of microseconds) */
 #define POOL_SPIN 2000
 #if defined(__x86_64__) || defined(__i386__)
@@ -137,6 +152,7 @@ hsi_status hsi_kern_parallel(int n, hsi_status (*fn)(void *ctx, int t, int n), v
         par_spawn(args, n);
     } else {
         pthread_mutex_lock(&pool.mu);
+        pthread_once(&pool_once, pool_register_fork);
         while (pool.n_workers < n - 1) {
             pool.start_gen[pool.n_workers] = pool.gen;
             pthread_t tid;

@@ -824,6 +824,8 @@ HSI_SUITE(kernels_bands, 0, {"bands: spec, wavelengths, bbl", test_bands_parse},
 /* ------------------------------------------------------------ thread pool */
 
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kernels/kern_internal.h"
 
@@ -882,4 +884,31 @@ static void test_pool_concurrent(void)
     CU_ASSERT_EQUAL(bad_b, 0);
 }
 
-HSI_SUITE(kernels_pool, 0, {"thread pool: concurrent callers, nesting, errors", test_pool_concurrent})
+/* After fork() the child has none of the pool's workers: a parallel call
+ * there must start new ones, not wait for the parent's (which would hang;
+ * the child is killed by an alarm after 20 s if it does). */
+static void test_pool_after_fork(void)
+{
+    pool_ctx c = {{0}, 0};
+    CU_ASSERT_EQUAL(hsi_kern_parallel(2, pool_inner, &c), HSI_OK); /* the pool exists now */
+    fflush(NULL);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        pool_ctx k = {{0}, 0};
+        int ok = hsi_kern_parallel(4, pool_inner, &k) == HSI_OK;
+        for (int t = 0; t < 4; t++) ok &= k.counts[4 + t] == 1;
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* and the parent's pool still works */
+    pool_ctx d = {{0}, 0};
+    CU_ASSERT_EQUAL(hsi_kern_parallel(3, pool_inner, &d), HSI_OK);
+    CU_ASSERT(d.counts[4] == 1 && d.counts[5] == 1 && d.counts[6] == 1);
+}
+
+HSI_SUITE(kernels_pool, 0, {"thread pool: concurrent callers, nesting, errors", test_pool_concurrent},
+          {"thread pool: a parallel call in a forked child", test_pool_after_fork})
