@@ -26,6 +26,12 @@ int hsi_kern_threads(void)
     return (int)n;
 }
 
+int hsi_kern_threads_for(double n_values, int64_t n_parts)
+{
+    int nt = n_values < 65536 ? 1 : hsi_kern_threads();
+    return n_parts < nt ? (int)(n_parts < 1 ? 1 : n_parts) : nt;
+}
+
 int hsi_kern_blas_single_begin(void)
 {
     int prev = openblas_get_num_threads();

@@ -19,9 +19,15 @@ extern "C" {
  * and splits its work between these threads instead. */
 int hsi_kern_threads(void);
 
-/* Runs fn(ctx, t, n) on n threads (t = 0..n-1; t = 0 on the caller) and
- * returns the first non-OK status (its message is copied to the caller's
- * thread-local error). */
+/* Threads for a pass over n_values values split into n_parts independent
+ * parts: hsi_kern_threads(), one below 64 Ki values (starting threads would
+ * cost more than the pass), at most one per part. */
+int hsi_kern_threads_for(double n_values, int64_t n_parts);
+
+/* Runs fn(ctx, t, n) on n threads (t = 0..n-1; t = 0 on the caller; a
+ * persistent pool, or threads of their own for a second caller or a nested
+ * call) and returns the first non-OK status (its message is copied to the
+ * caller's thread-local error). */
 hsi_status hsi_kern_parallel(int n, hsi_status (*fn)(void *ctx, int t, int n), void *ctx);
 
 /* For the length of a pass whose workers call BLAS: OpenBLAS to one

@@ -67,6 +67,7 @@ typedef struct dc_ws {
 } dc_ws;
 
 static int64_t dc_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+static int64_t dc_round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
 static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
 {
@@ -114,7 +115,7 @@ static int64_t dc_max(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
 {
     /* filters: direct (kpad, C*taps) or Winograd (16, kpad, C), the same for dx */
-    int64_t c8 = (g->c + 7) & ~(int64_t)7, k8 = (g->k + 7) & ~(int64_t)7;
+    int64_t c8 = dc_round8(g->c), k8 = dc_round8(g->k);
     int64_t nwf = dc_round16(dc_max(g->kpad * g->nkf, g->wg ? 16 * g->kpad * c8 : 0)),
             nwb = dc_round16(dc_max(g->cpad * g->nkb, g->wg ? 16 * g->cpad * k8 : 0));
     int64_t nof = dc_round16(dc_max(g->nkf, c8)), nob = dc_round16(dc_max(g->nkb, k8));
@@ -384,8 +385,6 @@ static void dc_pad_copy(float *plane, const float *src, int64_t n_ch, const int6
 
 typedef float dc_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 #define DC_V8(p) (*(dc_v8 *)(p))
-
-static int64_t dc_round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
 /* U (16, npad/16, cp, 16): U[xi][o0][i][j] = (G g G^T)[xi] for the filter g
  * from input channel i to output channel o0 + j; zero past n_out and n_in.

@@ -222,14 +222,6 @@ static hsi_status HSI_FN(bn_bwd_part)(void *ctx, int t, int nt)
     return HSI_OK;
 }
 
-/* threads for a pass over n*c*s values: one below about 64 Ki values */
-static int HSI_FN(bn_threads)(int n, int c, int64_t s)
-{
-    int nt = hsi_kern_threads();
-    double work = (double)n * (double)c * (double)s;
-    if (work < 65536) nt = 1;
-    return nt > c ? c : nt;
-}
 
 static void HSI_FN(bn_forward_any)(T *y, T *save_mean, T *save_invstd, T *running_mean,
                                    T *running_var, const T *x, const T *gamma, const T *beta,
@@ -240,7 +232,7 @@ static void HSI_FN(bn_forward_any)(T *y, T *save_mean, T *save_invstd, T *runnin
                         .running_mean = running_mean, .running_var = running_var, .x = x,
                         .gamma = gamma, .beta = beta, .relu = relu, .n = n, .c = c,
                         .s = s, .eps = eps, .momentum = momentum, .training = training};
-    (void)hsi_kern_parallel(HSI_FN(bn_threads)(n, c, s), HSI_FN(bn_fwd_part), &j);
+    (void)hsi_kern_parallel(hsi_kern_threads_for((double)n * c * s, c), HSI_FN(bn_fwd_part), &j);
 }
 
 void HSI_FN(hsi_bn_forward)(T *y, T *save_mean, T *save_invstd, T *running_mean,
@@ -275,7 +267,7 @@ void HSI_FN(hsi_bn_relu_backward)(T *dx, T *dgamma, T *dbeta, const T *dy, const
     HSI_FN(bn_job) j = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x, .yr = y,
                         .gamma = gamma, .mean = save_mean, .invstd = save_invstd, .n = n,
                         .c = c, .s = s, .training = training, .acc = accumulate};
-    (void)hsi_kern_parallel(HSI_FN(bn_threads)(n, c, s), HSI_FN(bn_bwd_part), &j);
+    (void)hsi_kern_parallel(hsi_kern_threads_for((double)n * c * s, c), HSI_FN(bn_bwd_part), &j);
 }
 
 #undef BN_L

@@ -253,20 +253,13 @@ static hsi_status HSI_FN(pool_bwd_part)(void *ctx, int t, int nt)
     return HSI_OK;
 }
 
-/* threads for n_planes planes of in_sp values: one below about 64 Ki values */
-static int HSI_FN(pool_threads)(const pool_geom *g)
-{
-    int nt = hsi_kern_threads();
-    if ((double)g->planes * (double)g->in_sp < 65536) nt = 1;
-    return nt > g->planes ? (int)g->planes : nt;
-}
 
 void HSI_FN(hsi_pool_forward)(T *y, int32_t *argmax, const T *x, const hsi_pool_dims *d)
 {
     pool_geom g;
     pool_geom_fill(&g, d);
     HSI_FN(pool_job) j = {.d = d, .g = &g, .y = y, .x = x, .argmax = argmax};
-    (void)hsi_kern_parallel(HSI_FN(pool_threads)(&g), HSI_FN(pool_fwd_part), &j);
+    (void)hsi_kern_parallel(hsi_kern_threads_for((double)g.planes * g.in_sp, g.planes), HSI_FN(pool_fwd_part), &j);
 }
 
 void HSI_FN(hsi_pool_backward)(T *dx, const T *dy, const int32_t *argmax,
@@ -275,7 +268,7 @@ void HSI_FN(hsi_pool_backward)(T *dx, const T *dy, const int32_t *argmax,
     pool_geom g;
     pool_geom_fill(&g, d);
     HSI_FN(pool_job) j = {.d = d, .g = &g, .dx = dx, .dy = dy, .argmax_in = argmax};
-    (void)hsi_kern_parallel(HSI_FN(pool_threads)(&g), HSI_FN(pool_bwd_part), &j);
+    (void)hsi_kern_parallel(hsi_kern_threads_for((double)g.planes * g.in_sp, g.planes), HSI_FN(pool_bwd_part), &j);
 }
 
 /* x (N, C, S) -> y (N, C): the mean of each row, summed in 4 partial sums

@@ -167,3 +167,18 @@ int main(int argc, char **argv)
     }
     return fails ? (tests_failed ? (int)(tests_failed > 255 ? 255 : tests_failed) : 1) : 0;
 }
+
+char *hsi_test_threads_set(const char *n)
+{
+    const char *prev = getenv("HSI_THREADS");
+    char *saved = prev ? strdup(prev) : NULL;
+    setenv("HSI_THREADS", n, 1);
+    return saved;
+}
+
+void hsi_test_threads_restore(char *saved)
+{
+    if (saved) setenv("HSI_THREADS", saved, 1);
+    else unsetenv("HSI_THREADS");
+    free(saved);
+}

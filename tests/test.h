@@ -70,6 +70,10 @@ const char *hsi_test_tmp(const char *name);
 /* Runs a shell command (printf format), captures stdout+stderr into out
  * (NUL-terminated, cut at n - 1 bytes) and returns its exit status (-1 when
  * it could not run or was killed). */
+/* Sets HSI_THREADS to n for a test and returns what it was (NULL: unset);
+ * hsi_test_threads_restore puts that back and frees it. */
+char *hsi_test_threads_set(const char *n);
+void hsi_test_threads_restore(char *saved);
 int hsi_test_run(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define HSI_ASSERT_NEAR(a, b, tol) CU_ASSERT_DOUBLE_EQUAL((a), (b), (tol))

@@ -443,8 +443,7 @@ static void test_conv_vs_definition_f32(void)
  * per-thread weight-gradient partials. */
 static void test_conv_threads(void)
 {
-    const char *prev_env = getenv("HSI_THREADS");
-    char *saved = prev_env ? strdup(prev_env) : NULL;
+    char *saved = hsi_test_threads_set("1");
     static const char *counts[2] = {"1", "3"};
     for (int i = 0; i < 2; i++) {
         setenv("HSI_THREADS", counts[i], 1);
@@ -458,9 +457,7 @@ static void test_conv_threads(void)
             run_conv_vs_ref(&conv_cases[c], 1);
         }
     }
-    if (saved) setenv("HSI_THREADS", saved, 1);
-    else unsetenv("HSI_THREADS");
-    free(saved);
+    hsi_test_threads_restore(saved);
 }
 
 /* ----------------------------------------------- conv: finite differences */
@@ -753,8 +750,7 @@ static void test_pool_threads(void)
 {
     struct { hsi_pool_kind kind; int k, s, p; } cases[] = {
         {HSI_POOL_MAX, 2, 2, 0}, {HSI_POOL_MAX, 3, 2, 1}, {HSI_POOL_AVG, 3, 1, 1}};
-    const char *prev_env = getenv("HSI_THREADS");
-    char *saved = prev_env ? strdup(prev_env) : NULL;
+    char *saved = hsi_test_threads_set("1");
     int in[2] = {23, 21}, n = 8, c = 20;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int k[2] = {cases[i].k, cases[i].k}, st[2] = {cases[i].s, cases[i].s},
@@ -787,9 +783,7 @@ static void test_pool_threads(void)
         for (int t = 0; t < 2; t++) free(y[t]), free(dx[t]), free(am[t]);
         free(x), free(dy), free(dxd), free(dyd);
     }
-    if (saved) setenv("HSI_THREADS", saved, 1);
-    else unsetenv("HSI_THREADS");
-    free(saved);
+    hsi_test_threads_restore(saved);
 }
 
 /* --------------------------------------------------- global average pool */
@@ -977,8 +971,7 @@ static void test_bn_relu_fused(void)
 {
     struct { int n, c; int64_t s; int training, affine; } cases[] = {
         {4, 3, 6, 1, 1}, {16, 8, 600, 1, 1}, {16, 8, 600, 0, 1}, {9, 5, 1500, 1, 0}};
-    const char *prev_env = getenv("HSI_THREADS");
-    char *saved = prev_env ? strdup(prev_env) : NULL;
+    char *saved = hsi_test_threads_set("1");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int n = cases[i].n, c = cases[i].c, tr = cases[i].training;
         int64_t sp = cases[i].s, nx = (int64_t)n * c * sp;
@@ -1064,9 +1057,7 @@ static void test_bn_relu_fused(void)
         free(x), free(dy), free(g), free(b), free(rm), free(rv), free(rm2), free(rv2), free(y),
             free(y2), free(dx), free(dx2), free(gm);
     }
-    if (saved) setenv("HSI_THREADS", saved, 1);
-    else unsetenv("HSI_THREADS");
-    free(saved);
+    hsi_test_threads_restore(saved);
 }
 
 HSI_SUITE(layers_conv, 0, {"dims and errors", test_conv_dims},
