@@ -26,11 +26,11 @@ TEST_LIBS  := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null || echo -lcunit
 
 WARN    := -Wall -Wextra -Wno-format-truncation -Wno-unused-parameter -Wshadow=local
 CFLAGS  ?= $(OPT) -g
-override CFLAGS += -std=gnu11 -fPIC -pthread -fno-math-errno $(WARN) -MMD -MP -I. -Iio -Ikernels -Ipipeline -Imodels \
+override CFLAGS += -std=gnu11 -fPIC -pthread -fno-math-errno $(WARN) -MMD -MP -I. \
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
 
-LIB_DIRS := io kernels pipeline models
+LIB_DIRS := core io kernels pipeline models
 LIB_C    := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 LIB_CU   := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.cu)))
 CLI_C    := $(sort $(wildcard cli/*.c))
@@ -39,7 +39,7 @@ FUZZ_C   := $(sort $(wildcard tests/fuzz/*.c))
 
 ifneq ($(NVCC),)
   override CFLAGS += -DHSI_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-  NVFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -DHSI_HAVE_CUDA=1 -I. -Iio -Ikernels -Ipipeline -Imodels \
+  NVFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -DHSI_HAVE_CUDA=1 -I. \
              -gencode arch=compute_$(CUDA_ARCH:sm_%=%),code=$(CUDA_ARCH) \
              -gencode arch=compute_$(CUDA_ARCH:sm_%=%),code=compute_$(CUDA_ARCH:sm_%=%) \
              -MMD -MP
@@ -109,7 +109,7 @@ fuzz: deps
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CUDA=0 CC=clang \
 	    CFLAGS="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" build-fuzz/libhsi.a
 	@set -e; for f in $(FUZZ_C); do n=$$(basename $$f .c); \
-	  clang -O1 -g -fsanitize=fuzzer,address,undefined -I. -Iio -Ikernels $(PKG_CFLAGS) $$f \
+	  clang -O1 -g -fsanitize=fuzzer,address,undefined -I. $(PKG_CFLAGS) $$f \
 	    build-fuzz/libhsi.a $(LDLIBS) -o build-fuzz/$$n; \
 	  mkdir -p build-fuzz/corpus-$$n; \
 	  seeds=$$(ls -d tests/fuzz/seeds-$$n 2>/dev/null || true); \

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "kernels/fused.h"
 #include "kernels/kern_internal.h"
 #include "kernels/normalize.h"
@@ -149,7 +149,7 @@ int main(int argc, char **argv)
     const char *dir = argv[1];
     double mib = argc > 2 ? atof(argv[2]) : 512;
     int reps = argc > 3 ? atoi(argv[3]) : 3;
-    int nt = hsi_kern_threads();
+    int nt = hsi_threads();
     int64_t B = 256, S = 1024, L = (int64_t)(mib * 1048576.0 / (double)(B * S * 2));
     double gb = (double)(B * L * S * 2) / 1e9;
     printf("{\n \"threads\": %d, \"cube\": [%lld, %lld, %lld], \"cube_bytes\": %.0f,\n", nt, (long long)B,

@@ -20,7 +20,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "kernels/cuda.h"
 #include "kernels/fused.h"
 #include "kernels/pca.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "io/labels.h"
 #include "pipeline/split.h"
 

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "io/core.h"
+#include "core/core.h"
 
 typedef struct hsi_cli_cmd {
     const char *name;

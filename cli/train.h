@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "kernels/normalize.h"
 #include "pipeline/patches.h"
 #include "pipeline/split.h"

@@ -4,7 +4,7 @@
 #ifndef HSI_CUBE_H
 #define HSI_CUBE_H
 
-#include "core.h"
+#include "core/core.h"
 #include "meta.h"
 
 #ifdef __cplusplus

@@ -4,7 +4,7 @@
 #ifndef HSI_ENVI_H
 #define HSI_ENVI_H
 
-#include "core.h"
+#include "core/core.h"
 #include "cube.h"
 #include "meta.h"
 

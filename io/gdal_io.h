@@ -6,7 +6,7 @@
 #ifndef HSI_GDAL_IO_H
 #define HSI_GDAL_IO_H
 
-#include "core.h"
+#include "core/core.h"
 #include "cube.h"
 #include "meta.h"
 

@@ -6,7 +6,7 @@
 #ifndef HSI_LABELS_H
 #define HSI_LABELS_H
 
-#include "core.h"
+#include "core/core.h"
 #include "meta.h"
 
 #ifdef __cplusplus

@@ -5,7 +5,7 @@
 #ifndef HSI_MAT_H
 #define HSI_MAT_H
 
-#include "core.h"
+#include "core/core.h"
 #include "cube.h"
 
 #ifdef __cplusplus

@@ -5,7 +5,7 @@
 #ifndef HSI_META_H
 #define HSI_META_H
 
-#include "core.h"
+#include "core/core.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,7 +5,7 @@
 #ifndef HSI_IO_QUICKLOOK_H
 #define HSI_IO_QUICKLOOK_H
 
-#include "core.h"
+#include "core/core.h"
 #include "labels.h"
 #include "meta.h"
 

@@ -6,7 +6,7 @@
 #ifndef HSI_SPE_H
 #define HSI_SPE_H
 
-#include "core.h"
+#include "core/core.h"
 #include "cube.h"
 
 #ifdef __cplusplus

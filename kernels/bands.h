@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 
 #ifdef __cplusplus
 extern "C" {

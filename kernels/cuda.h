@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "kernels/fused.h"
 #include "kernels/stats.h"
 

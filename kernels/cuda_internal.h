@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "kernels/cuda.h"
 
 /* Return HSI_ERR_CUDA naming `what` when a runtime call fails. */

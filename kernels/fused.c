@@ -220,7 +220,7 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     c.sink_ctx = o->sink_ctx;
     pthread_mutex_init(&c.lock, NULL);
     pthread_cond_init(&c.turn, NULL);
-    int nt = o->n_threads > 0 ? o->n_threads : hsi_kern_threads();
+    int nt = o->n_threads > 0 ? o->n_threads : hsi_threads();
     if (nt > L) nt = (int)(L > 0 ? L : 1);
     if (o->progress_label) {
         hsi_progress_begin(&prog, o->progress_label, L);
@@ -228,7 +228,7 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
         c.lines_done = &done;
     }
     blas_prev = hsi_kern_blas_single_begin();
-    st = hsi_kern_parallel(nt, fused_worker, &c);
+    st = hsi_parallel(nt, fused_worker, &c);
     hsi_kern_blas_single_end(blas_prev);
     if (c.prog) hsi_progress_end(c.prog);
     pthread_mutex_destroy(&c.lock);

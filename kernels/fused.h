@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "normalize.h"
 #include "pca.h"
 
@@ -29,7 +29,7 @@ typedef struct hsi_fused_opts {
     int pixel_major;          /* 0: out is (n_out, lines, samples); 1: (lines, samples, n_out) */
     int64_t tile_lines;       /* lines per tile (0 = 64): bounds memory to
                                  n_threads * tile_lines * samples * n_out * 4 bytes + blocks */
-    int n_threads;            /* 0 = hsi_kern_threads() */
+    int n_threads;            /* 0 = hsi_threads() */
     const char *progress_label;
     hsi_tile_sink sink;       /* NULL: write into `out` */
     void *sink_ctx;

@@ -1,11 +1,10 @@
-/* kern_common.c — shared machinery of the CPU kernels: a persistent
- * thread pool with static partition, the prep block loader over any strided cube, mmap page release
+/* kern_common.c — shared machinery of the CPU kernels: OpenBLAS thread
+ * control, the prep block loader over any strided cube, mmap page release
  * and mask packing. Not a kernel itself; see kern_internal.h. */
 #define _GNU_SOURCE
 #include "kern_internal.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,23 +13,6 @@
 #include <unistd.h>
 
 #include <cblas.h>
-
-int hsi_kern_threads(void)
-{
-    const char *e = getenv("HSI_THREADS");
-    long n = 0;
-    if (e && *e) n = strtol(e, NULL, 10);
-    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n <= 0) n = 1;
-    if (n > 64) n = 64;
-    return (int)n;
-}
-
-int hsi_kern_threads_for(double n_values, int64_t n_parts)
-{
-    int nt = n_values < 65536 ? 1 : hsi_kern_threads();
-    return n_parts < nt ? (int)(n_parts < 1 ? 1 : n_parts) : nt;
-}
 
 int hsi_kern_blas_single_begin(void)
 {
@@ -42,158 +24,6 @@ int hsi_kern_blas_single_begin(void)
 void hsi_kern_blas_single_end(int previous)
 {
     if (previous > 1) openblas_set_num_threads(previous);
-}
-
-typedef struct par_arg {
-    hsi_status (*fn)(void *, int, int);
-    void *ctx;
-    int t, n;
-    hsi_status st;
-    char msg[512];
-} par_arg;
-
-static void par_run(par_arg *a)
-{
-    a->st = a->fn(a->ctx, a->t, a->n);
-    if (a->st != HSI_OK) snprintf(a->msg, sizeof a->msg, "%s", hsi_last_error());
-}
-
-static void *par_main(void *p)
-{
-    par_run(p);
-    return NULL;
-}
-
-/* Threads started for one call and joined at its end: used when the pool is
- * taken (a call from another thread, or from inside a pool job). */
-static void par_spawn(par_arg *args, int n)
-{
-    pthread_t tids[64];
-    int started[64] = {0};
-    for (int t = 1; t < n; t++) started[t] = pthread_create(&tids[t], NULL, par_main, &args[t]) == 0;
-    for (int t = 1; t < n; t++)
-        if (!started[t]) par_run(&args[t]); /* could not start: run inline */
-    par_run(&args[0]);
-    for (int t = 1; t < n; t++)
-        if (started[t]) pthread_join(tids[t], NULL);
-}
-
-/* The pool: workers started on first use and kept for the life of the
- * process (a training step makes dozens of parallel calls; starting threads
- * for each cost page faults and tens of microseconds). One call at a time
- * owns it (pool_owner); worker w runs part w + 1 of each job. After a job a
- * worker spins briefly for the next one (consecutive layers follow within
- * microseconds), then sleeps on the condition variable. */
-static struct {
-    pthread_mutex_t mu, owner;
-    pthread_cond_t work, done;
-    int n_workers;
-    unsigned long gen;   /* job number, bumped for each job */
-    int n;               /* parts of the current job */
-    int pending;         /* workers still running parts of it */
-    par_arg *args;
-    unsigned long start_gen[64]; /* gen when worker w was started (its first job is later) */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, {0}};
-static __thread int pool_worker; /* this thread is a pool worker */
-
-/* A child of fork() has none of the workers (only the forking thread is
- * copied) and may hold copies of locked mutexes: start it with an empty
- * pool, which grows again on first use. */
-static void pool_after_fork_child(void)
-{
-    pthread_mutex_init(&pool.mu, NULL);
-    pthread_mutex_init(&pool.owner, NULL);
-    pthread_cond_init(&pool.work, NULL);
-    pthread_cond_init(&pool.done, NULL);
-    pool.n_workers = 0, pool.gen = 0, pool.n = 0, pool.pending = 0, pool.args = NULL;
-}
-
-static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
-static void pool_register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork_child); }
-
-/* spin iterations before sleeping (a few tens of microseconds) */
-#define POOL_SPIN 2000
-#if defined(__x86_64__) || defined(__i386__)
-#define POOL_RELAX() __builtin_ia32_pause()
-#else
-#define POOL_RELAX() ((void)0)
-#endif
-
-static void *pool_main(void *p)
-{
-    int w = (int)(intptr_t)p;
-    unsigned long seen = 0;
-    pool_worker = 1;
-    pthread_mutex_lock(&pool.mu);
-    seen = pool.start_gen[w];
-    for (;;) {
-        if (pool.gen == seen) {
-            pthread_mutex_unlock(&pool.mu);
-            for (int i = 0; i < POOL_SPIN && __atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE) == seen;
-                 i++)
-                POOL_RELAX();
-            pthread_mutex_lock(&pool.mu);
-            while (pool.gen == seen) pthread_cond_wait(&pool.work, &pool.mu);
-        }
-        seen = pool.gen;
-        if (w + 1 < pool.n) {
-            par_arg *a = &pool.args[w + 1];
-            pthread_mutex_unlock(&pool.mu);
-            par_run(a);
-            pthread_mutex_lock(&pool.mu);
-            if (--pool.pending == 0) pthread_cond_signal(&pool.done);
-        }
-    }
-    return NULL;
-}
-
-hsi_status hsi_kern_parallel(int n, hsi_status (*fn)(void *ctx, int t, int n), void *ctx)
-{
-    if (n <= 1) return fn(ctx, 0, 1);
-    par_arg args[64];
-    if (n > 64) n = 64;
-    for (int t = 0; t < n; t++) args[t] = (par_arg){fn, ctx, t, n, HSI_OK, {0}};
-    if (pool_worker || pthread_mutex_trylock(&pool.owner) != 0) {
-        par_spawn(args, n);
-    } else {
-        pthread_mutex_lock(&pool.mu);
-        pthread_once(&pool_once, pool_register_fork);
-        while (pool.n_workers < n - 1) {
-            pool.start_gen[pool.n_workers] = pool.gen;
-            pthread_t tid;
-            pthread_attr_t at;
-            pthread_attr_init(&at);
-            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-            int ok = pthread_create(&tid, &at, pool_main, (void *)(intptr_t)pool.n_workers) == 0;
-            pthread_attr_destroy(&at);
-            if (!ok) break;
-            pool.n_workers++;
-        }
-        int pooled = pool.n_workers < n - 1 ? pool.n_workers + 1 : n;
-        pool.args = args;
-        pool.n = pooled;
-        pool.pending = pooled - 1;
-        __atomic_store_n(&pool.gen, pool.gen + 1, __ATOMIC_RELEASE);
-        pthread_cond_broadcast(&pool.work);
-        pthread_mutex_unlock(&pool.mu);
-        par_run(&args[0]);
-        for (int t = pooled; t < n; t++) par_run(&args[t]); /* workers that could not start */
-        pthread_mutex_lock(&pool.mu);
-        while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
-        pool.args = NULL;
-        pthread_mutex_unlock(&pool.mu);
-        pthread_mutex_unlock(&pool.owner);
-    }
-    for (int t = 0; t < n; t++)
-        if (args[t].st != HSI_OK) return hsi_fail(args[t].st, "%s", args[t].msg);
-    return HSI_OK;
-}
-
-void hsi_kern_split(int64_t n_lines, int t, int n, int64_t *l0, int64_t *l1)
-{
-    *l0 = n_lines * t / n;
-    *l1 = n_lines * (t + 1) / n;
 }
 
 static int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }

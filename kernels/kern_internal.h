@@ -1,43 +1,24 @@
-/* kern_internal.h — what the CPU kernels share internally: a static
- * pthread partition, the "prep" block loader (band subset + per-band affine
- * + optional per-pixel L2 on any strided cube) and mmap page release.
- * Not a public header: only the kernels/ sources include it. */
+/* kern_internal.h — what the CPU kernels share internally: OpenBLAS thread
+ * control, the "prep" block loader (band subset + per-band affine + optional
+ * per-pixel L2 on any strided cube), mmap page release and mask packing.
+ * Not a public header: kernels/ and models/ sources include it. The thread
+ * pool is core/threads.h. */
 #ifndef HSI_KERN_INTERNAL_H
 #define HSI_KERN_INTERNAL_H
 
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
+#include "core/threads.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Threads our kernels and the model engine use (HSI_THREADS, else online
- * CPUs, capped at 64). Preprocessing kernels call BLAS on the calling thread
- * with OpenBLAS's own pool; the model engine keeps OpenBLAS single-threaded
- * and splits its work between these threads instead. */
-int hsi_kern_threads(void);
-
-/* Threads for a pass over n_values values split into n_parts independent
- * parts: hsi_kern_threads(), one below 64 Ki values (starting threads would
- * cost more than the pass), at most one per part. */
-int hsi_kern_threads_for(double n_values, int64_t n_parts);
-
-/* Runs fn(ctx, t, n) on n threads (t = 0..n-1; t = 0 on the caller; a
- * persistent pool, or threads of their own for a second caller or a nested
- * call) and returns the first non-OK status (its message is copied to the
- * caller's thread-local error). */
-hsi_status hsi_kern_parallel(int n, hsi_status (*fn)(void *ctx, int t, int n), void *ctx);
-
 /* For the length of a pass whose workers call BLAS: OpenBLAS to one
  * thread (returns the previous count), then back. Never nested pools. */
 int hsi_kern_blas_single_begin(void);
 void hsi_kern_blas_single_end(int previous);
-
-/* Lines [*l0, *l1) of n_lines that thread t of n owns (static, contiguous:
- * results do not depend on scheduling). */
-void hsi_kern_split(int64_t n_lines, int t, int n, int64_t *l0, int64_t *l1);
 
 /* How a block of pixels is turned into floats:
  *   y[j] = scale[j] * (raw(bands[j]) - center[j]) + offset[j]

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "stats.h"
 
 #ifdef __cplusplus

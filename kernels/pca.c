@@ -58,7 +58,7 @@ static hsi_status cov_worker(void *vc, int t, int nt)
     double *Sm = c->S + (int64_t)t * nf * nf, *sv = c->s + t * nf;
     int64_t l0, l1, fill = 0, tl0;
     int bm = !hsi_kern_pixel_major_input(cube);
-    hsi_kern_split(L, t, nt, &l0, &l1);
+    hsi_split_range(L, t, nt, &l0, &l1);
     tl0 = l0;
     for (int64_t y = l0; y < l1; y++) {
         for (int64_t s0 = 0; s0 < S;) {
@@ -196,7 +196,7 @@ hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_
     c.chunk = 262144 / (nf > 0 ? nf : 1);
     if (c.chunk < 256) c.chunk = 256;
     if (c.chunk > 4096) c.chunk = 4096;
-    int nt = o->n_threads > 0 ? o->n_threads : hsi_kern_threads();
+    int nt = o->n_threads > 0 ? o->n_threads : hsi_threads();
     if (nt > L) nt = (int)(L > 0 ? L : 1);
     c.S = calloc((size_t)(nt * nf * nf), sizeof(double));
     c.s = calloc((size_t)(nt * nf), sizeof(double));
@@ -211,7 +211,7 @@ hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_
         c.lines_done = &done;
     }
     blas_prev = hsi_kern_blas_single_begin();
-    st = hsi_kern_parallel(nt, cov_worker, &c);
+    st = hsi_parallel(nt, cov_worker, &c);
     hsi_kern_blas_single_end(blas_prev);
     if (c.prog) hsi_progress_end(c.prog);
     if (st != HSI_OK) goto cleanup;

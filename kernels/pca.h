@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "normalize.h"
 
 #ifdef __cplusplus
@@ -38,7 +38,7 @@ typedef struct hsi_pca_opts {
     int whiten;
     const hsi_view *mask;     /* (lines, samples) any real dtype, nonzero = fit on the pixel */
     int64_t tile_lines;       /* 0 = 64 */
-    int n_threads;            /* 0 = hsi_kern_threads() */
+    int n_threads;            /* 0 = hsi_threads() */
     const char *progress_label;
 } hsi_pca_opts;
 

@@ -244,7 +244,7 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
     int has_ig = c->o && c->o->has_ignore;
     double ig = has_ig ? c->o->ignore_value : 0;
     int64_t l0, l1;
-    hsi_kern_split(L, t, nt, &l0, &l1);
+    hsi_split_range(L, t, nt, &l0, &l1);
     double *bsum = bs, *bmean = bs + nb, *bm2 = bs + 2 * nb, *bmin = bs + 3 * nb, *bmax = bs + 4 * nb;
     int64_t *bn = calloc((size_t)nb + 1, sizeof(int64_t));
     int fast = !hist && fast_int_ok(cube, c->mask, c->o);
@@ -502,7 +502,7 @@ hsi_status hsi_stats_compute(hsi_stats *out, const hsi_view *cube, const hsi_sta
     int64_t nb = cube->shape[0], L = cube->shape[1], S = cube->shape[2];
     HSI_TRY(hsi_kern_mask_pack(&mask, o->mask, L, S));
     HSI_TRY(stats_alloc(out, nb, o));
-    int nt = o->n_threads > 0 ? o->n_threads : hsi_kern_threads();
+    int nt = o->n_threads > 0 ? o->n_threads : hsi_threads();
     if (nt > L) nt = L > 0 ? (int)L : 1;
     c.cube = cube;
     c.o = o;
@@ -531,7 +531,7 @@ hsi_status hsi_stats_compute(hsi_stats *out, const hsi_view *cube, const hsi_sta
         c.prog = &prog;
         c.lines_done = &done;
     }
-    HSI_TRY(hsi_kern_parallel(nt, stats_worker, &c));
+    HSI_TRY(hsi_parallel(nt, stats_worker, &c));
     for (int64_t j = 0; j < nb; j++) {
         int64_t n = 0;
         double m = 0, m2 = 0, mn = INFINITY, mx = -INFINITY;
@@ -556,7 +556,7 @@ hsi_status hsi_stats_compute(hsi_stats *out, const hsi_view *cube, const hsi_sta
         }
         c.hist_phase = 1;
         c.res = out;
-        HSI_TRY(hsi_kern_parallel(nt, stats_worker, &c));
+        HSI_TRY(hsi_parallel(nt, stats_worker, &c));
         for (int t = 0; t < nt; t++)
             for (int64_t i = 0; i < nb * o->hist_bins; i++) out->hist[i] += c.hist[t * nb * o->hist_bins + i];
         if (o->n_percentiles > 0) percentiles_from_hist(out, o);

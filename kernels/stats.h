@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,7 +22,7 @@ typedef struct hsi_stats_opts {
     int n_percentiles;   /* percentiles wanted (needs hist_bins > 0) */
     const double *percentiles; /* (n_percentiles) in [0, 100] */
     int64_t tile_lines;  /* lines per tile per thread (0 = 64) */
-    int n_threads;       /* 0 = hsi_kern_threads() */
+    int n_threads;       /* 0 = hsi_threads() */
     const char *progress_label; /* NULL = no progress bar */
 } hsi_stats_opts;
 

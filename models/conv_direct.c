@@ -16,7 +16,7 @@
  * rows x 16 output channels, sum over the sample's positions of the padded
  * input at that tap times dy transposed to (positions, K).
  *
- * Threads: samples are split between threads (hsi_kern_parallel); each
+ * Threads: samples are split between threads (hsi_parallel); each
  * thread has its own padded planes and weight-gradient partial, and the
  * partials are added in thread order, so results do not depend on timing.
  * Used by layer_conv.c (hsi_conv_forward_f32 / hsi_conv_backward_f32). */
@@ -91,7 +91,7 @@ static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
     g->out_sp = g->out[0] * g->out[1] * g->out[2];
     g->kpad = dc_round16(g->k), g->cpad = dc_round16(g->c);
     g->nkf = g->c * g->taps, g->nkb = g->k * g->taps;
-    g->slots = hsi_kern_threads();
+    g->slots = hsi_threads();
     if (g->slots > DC_MAX_SLOTS) g->slots = DC_MAX_SLOTS;
     if (g->slots > g->n) g->slots = (int)g->n;
     /* Winograd: 2-D 3x3 with pad 0 or 1 (stride 1 is checked by the caller)
@@ -402,7 +402,7 @@ static hsi_status wg_pack_part(void *ctx, int th, int nth)
     const wg_pack_job *j = ctx;
     int64_t n_out = j->n_out, n_in = j->n_in, npad = dc_round16(n_out), cp = dc_round8(n_in);
     int64_t b0, b1; /* 16-channel blocks: each block's slice of u is one thread's */
-    hsi_kern_split(npad / 16, th, nth, &b0, &b1);
+    hsi_split_range(npad / 16, th, nth, &b0, &b1);
     float *u = j->u;
     const float *w = j->w;
     /* block by block, input channel by input channel, the 16 output channels
@@ -446,7 +446,7 @@ static void wg_pack(float *u, const float *w, int64_t n_out, int64_t n_in, int f
 {
     wg_pack_job j = {u, w, n_out, n_in, flip_transpose};
     int64_t blocks = dc_round16(n_out) / 16;
-    (void)hsi_kern_parallel(nt < blocks ? nt : (int)blocks, wg_pack_part, &j);
+    (void)hsi_parallel(nt < blocks ? nt : (int)blocks, wg_pack_part, &j);
 }
 
 /* plane (hq, wq, cp) interior at (lead_y, lead_x) = src (n_in, h, w)
@@ -623,7 +623,7 @@ static DC_TARGET hsi_status wg_fin_part(void *ctx, int t, int nt)
     int64_t cp = dc_round8(g->c), kp = g->kpad, k0, k1;
     int64_t zoff = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len + w->v_len + w->m_len +
                    w->o_len;
-    hsi_kern_split(g->k, t, nt, &k0, &k1);
+    hsi_split_range(g->k, t, nt, &k0, &k1);
     for (int64_t c = 0; c < g->c; c++)
         for (int64_t k = k0; k < k1; k += 8) {
             int64_t nk = k1 - k < 8 ? k1 - k : 8;
@@ -669,7 +669,7 @@ static void wg_dw_finish(float *dw, const dc_ws *w, const dc_geom *g, int n_part
 {
     wg_fin_job j = {dw, w, g, n_parts};
     int nt = g->slots < 1 ? 1 : g->slots;
-    (void)hsi_kern_parallel(nt > g->k ? (int)g->k : nt, wg_fin_part, &j);
+    (void)hsi_parallel(nt > g->k ? (int)g->k : nt, wg_fin_part, &j);
 }
 
 /* ----------------------------------------------------------------- passes */
@@ -832,7 +832,7 @@ void hsi_conv_direct_forward(float *y, const float *x, const float *w, const flo
         dc_offsets(wl.offf, g.c, g.fplane, g.ker, g.fp);
     }
     dc_job j = {.g = &g, .w = &wl, .y = y, .x = x, .b = b, .relu = relu};
-    (void)hsi_kern_parallel(dc_threads(&g), dc_forward_part, &j); /* parts cannot fail */
+    (void)hsi_parallel(dc_threads(&g), dc_forward_part, &j); /* parts cannot fail */
 }
 
 void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
@@ -864,7 +864,7 @@ void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, 
     int nt = dc_threads(&g);
     dc_job j = {.g = &g, .w = &wl, .dx = dx, .dy = dy, .x = x, .want_dw = dw != NULL,
                 .want_db = db != NULL, .dx_acc = dx_accumulate};
-    (void)hsi_kern_parallel(nt, dc_backward_part, &j);
+    (void)hsi_parallel(nt, dc_backward_part, &j);
     if (db) /* db (K) += the partials of the threads, in thread order */
         for (int64_t k = 0; k < g.k; k++) {
             double acc = 0;

@@ -136,7 +136,7 @@ static hsi_status HSI_FN(bn_fwd_part)(void *ctx, int t, int nt)
     const HSI_FN(bn_job) *j = ctx;
     int n = j->n, c = j->c;
     int64_t s = j->s, c0, c1;
-    hsi_kern_split(c, t, nt, &c0, &c1);
+    hsi_split_range(c, t, nt, &c0, &c1);
     double count = (double)n * (double)s;
     for (int64_t ch = c0; ch < c1; ch++) {
         T mean, invstd;
@@ -182,7 +182,7 @@ static hsi_status HSI_FN(bn_bwd_part)(void *ctx, int t, int nt)
     const HSI_FN(bn_job) *j = ctx;
     int n = j->n, c = j->c;
     int64_t s = j->s, c0, c1;
-    hsi_kern_split(c, t, nt, &c0, &c1);
+    hsi_split_range(c, t, nt, &c0, &c1);
     double count = (double)n * (double)s;
     const T *yr = j->yr;
     for (int64_t ch = c0; ch < c1; ch++) {
@@ -232,7 +232,7 @@ static void HSI_FN(bn_forward_any)(T *y, T *save_mean, T *save_invstd, T *runnin
                         .running_mean = running_mean, .running_var = running_var, .x = x,
                         .gamma = gamma, .beta = beta, .relu = relu, .n = n, .c = c,
                         .s = s, .eps = eps, .momentum = momentum, .training = training};
-    (void)hsi_kern_parallel(hsi_kern_threads_for((double)n * c * s, c), HSI_FN(bn_fwd_part), &j);
+    (void)hsi_parallel(hsi_threads_for((double)n * c * s, c), HSI_FN(bn_fwd_part), &j);
 }
 
 void HSI_FN(hsi_bn_forward)(T *y, T *save_mean, T *save_invstd, T *running_mean,
@@ -267,7 +267,7 @@ void HSI_FN(hsi_bn_relu_backward)(T *dx, T *dgamma, T *dbeta, const T *dy, const
     HSI_FN(bn_job) j = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x, .yr = y,
                         .gamma = gamma, .mean = save_mean, .invstd = save_invstd, .n = n,
                         .c = c, .s = s, .training = training, .acc = accumulate};
-    (void)hsi_kern_parallel(hsi_kern_threads_for((double)n * c * s, c), HSI_FN(bn_bwd_part), &j);
+    (void)hsi_parallel(hsi_threads_for((double)n * c * s, c), HSI_FN(bn_bwd_part), &j);
 }
 
 #undef BN_L

@@ -86,7 +86,7 @@ static void conv_geom_fill(conv_geom *g, const hsi_conv_dims *d, size_t elem)
                   (int64_t)elem;
     int64_t grp = HSI_CONV_GROUP_TARGET_BYTES / (per > 0 ? per : 1);
     /* each of the slots' threads owns about n / slots samples */
-    g->slots = hsi_kern_threads();
+    g->slots = hsi_threads();
     if (g->slots > HSI_CONV_MAX_SLOTS) g->slots = HSI_CONV_MAX_SLOTS;
     if (g->slots > g->n) g->slots = (int)g->n;
     int64_t share = (g->n + g->slots - 1) / g->slots;
@@ -172,7 +172,7 @@ static int64_t conv_shared_elems(const conv_geom *g)
     return g->nhwc ? conv_round16(g->k * g->ckk) : 0;
 }
 
-/* Threads of this pass: one per workspace slot (hsi_kern_threads(), at most
+/* Threads of this pass: one per workspace slot (hsi_threads(), at most
  * one per sample). */
 static int conv_threads(const conv_geom *g) { return g->slots < 1 ? 1 : g->slots; }
 
@@ -590,7 +590,7 @@ static hsi_status HSI_FN(conv_backward_part)(void *ctx, int t, int nt)
 static void HSI_FN(conv_run)(hsi_status (*part)(void *, int, int), HSI_FN(conv_job) *j, int nt)
 {
     int prev = hsi_kern_blas_single_begin();
-    hsi_status st = hsi_kern_parallel(nt, part, j);
+    hsi_status st = hsi_parallel(nt, part, j);
     hsi_kern_blas_single_end(prev);
     (void)st; /* the parts cannot fail */
 }

@@ -156,7 +156,7 @@ static hsi_status HSI_FN(pool_fwd_part)(void *ctx, int t, int nt)
     const T *x = j->x;
     int32_t *argmax = j->argmax;
     int64_t p0, p1;
-    hsi_kern_split(g.planes, t, nt, &p0, &p1);
+    hsi_split_range(g.planes, t, nt, &p0, &p1);
     int is_max = j->d->kind == HSI_POOL_MAX;
     if (is_max && j->d->nd == 2 && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 &&
         g.ph == 0 && g.pw == 0) {
@@ -217,7 +217,7 @@ static hsi_status HSI_FN(pool_bwd_part)(void *ctx, int t, int nt)
     const T *dy = j->dy;
     const int32_t *argmax = j->argmax_in;
     int64_t p0, p1;
-    hsi_kern_split(g.planes, t, nt, &p0, &p1);
+    hsi_split_range(g.planes, t, nt, &p0, &p1);
     if (j->d->kind == HSI_POOL_MAX) {
         for (int64_t p = p0; p < p1; p++) {
             T *xp = dx + p * g.in_sp;
@@ -259,7 +259,7 @@ void HSI_FN(hsi_pool_forward)(T *y, int32_t *argmax, const T *x, const hsi_pool_
     pool_geom g;
     pool_geom_fill(&g, d);
     HSI_FN(pool_job) j = {.d = d, .g = &g, .y = y, .x = x, .argmax = argmax};
-    (void)hsi_kern_parallel(hsi_kern_threads_for((double)g.planes * g.in_sp, g.planes), HSI_FN(pool_fwd_part), &j);
+    (void)hsi_parallel(hsi_threads_for((double)g.planes * g.in_sp, g.planes), HSI_FN(pool_fwd_part), &j);
 }
 
 void HSI_FN(hsi_pool_backward)(T *dx, const T *dy, const int32_t *argmax,
@@ -268,7 +268,7 @@ void HSI_FN(hsi_pool_backward)(T *dx, const T *dy, const int32_t *argmax,
     pool_geom g;
     pool_geom_fill(&g, d);
     HSI_FN(pool_job) j = {.d = d, .g = &g, .dx = dx, .dy = dy, .argmax_in = argmax};
-    (void)hsi_kern_parallel(hsi_kern_threads_for((double)g.planes * g.in_sp, g.planes), HSI_FN(pool_bwd_part), &j);
+    (void)hsi_parallel(hsi_threads_for((double)g.planes * g.in_sp, g.planes), HSI_FN(pool_bwd_part), &j);
 }
 
 /* x (N, C, S) -> y (N, C): the mean of each row, summed in 4 partial sums

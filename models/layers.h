@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 
 #ifdef __cplusplus
 extern "C" {

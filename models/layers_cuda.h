@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "models/layers.h"
 #include "models/optim.h"
 

@@ -11,7 +11,7 @@
 #include "kernels/kern_internal.h"
 
 /* The engine's gemms: OpenBLAS single-threaded, big ones split by rows of C
- * between our own threads (hsi_kern_threads). OpenBLAS's pool is never
+ * between our own threads (hsi_threads). OpenBLAS's pool is never
  * woken inside the engine: its threads spin for a while after each call
  * and would take a core from the convolution threads that follow. */
 #define ENG_GEMM_SPLIT_FLOPS (1 << 22)
@@ -28,7 +28,7 @@
     {                                                                                          \
         const NAME##_job *j = ctx;                                                             \
         int64_t r0, r1;                                                                        \
-        hsi_kern_split(j->m, t, nt, &r0, &r1);                                                 \
+        hsi_split_range(j->m, t, nt, &r0, &r1);                                                 \
         if (r1 > r0) /* rows [r0, r1) of C and of op(A) */                                     \
             BLAS(CblasRowMajor, j->ta, j->tb, (int)(r1 - r0), j->n, j->k, j->alpha,            \
                  j->a + (j->ta == CblasNoTrans ? r0 * j->lda : r0), j->lda, j->b, j->ldb,      \
@@ -41,12 +41,12 @@
     {                                                                                          \
         (void)order; /* always row-major here */                                               \
         NAME##_job j = {ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};                 \
-        int nt = hsi_kern_threads();                                                           \
+        int nt = hsi_threads();                                                           \
         double flops = 2.0 * m * n * k;                                                        \
         if (nt > m / 16) nt = m / 16;                                                          \
         if (flops < ENG_GEMM_SPLIT_FLOPS || nt < 2) nt = 1;                                    \
         int prev = hsi_kern_blas_single_begin();                                               \
-        (void)hsi_kern_parallel(nt, NAME##_part, &j);                                          \
+        (void)hsi_parallel(nt, NAME##_part, &j);                                          \
         hsi_kern_blas_single_end(prev);                                                        \
     }
 ENG_GEMM_DEF(eng_sgemm, float, cblas_sgemm)

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "io/core.h"
+#include "core/core.h"
 
 #ifdef __cplusplus
 extern "C" {

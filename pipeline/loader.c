@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prng.h"
+#include "core/prng.h"
 
 #ifdef HSI_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -7,7 +7,7 @@
 #ifndef HSI_LOADER_H
 #define HSI_LOADER_H
 
-#include "io/core.h"
+#include "core/core.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "io/core.h"
+#include "core/core.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prng.h"
+#include "core/prng.h"
 
 hsi_status hsi_patcher_init(hsi_patcher *p, const hsi_view *cube, int patch, hsi_pad_mode pad,
                             const hsi_augment *aug)

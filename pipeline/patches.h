@@ -6,7 +6,7 @@
 #ifndef HSI_PATCHES_H
 #define HSI_PATCHES_H
 
-#include "io/core.h"
+#include "core/core.h"
 #include "pipeline/loader.h"
 
 #ifdef __cplusplus

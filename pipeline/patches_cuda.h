@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "io/core.h"
+#include "core/core.h"
 #include "pipeline/patches.h"
 
 #ifdef __cplusplus

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prng.h"
+#include "core/prng.h"
 
 void hsi_split_params_init(hsi_split_params *p)
 {

@@ -6,7 +6,7 @@
 #ifndef HSI_SYNTH_H
 #define HSI_SYNTH_H
 
-#include "io/core.h"
+#include "core/core.h"
 #include "io/meta.h"
 
 #ifdef __cplusplus

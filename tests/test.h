@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/core.h"
+#include "core/core.h"
 
 typedef struct hsi_test_case {
     const char *name;

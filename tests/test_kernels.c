@@ -847,7 +847,7 @@ static hsi_status pool_outer(void *p, int t, int n)
 {
     pool_ctx *c = p;
     __atomic_add_fetch(&c->counts[t], 1, __ATOMIC_RELAXED);
-    if (t == 0 && c->nested) return hsi_kern_parallel(n, pool_inner, c);
+    if (t == 0 && c->nested) return hsi_parallel(n, pool_inner, c);
     if (t == 2) return HSI_FAIL(HSI_ERR_ARG, "part %d of %d fails on purpose", t, n);
     return HSI_OK;
 }
@@ -858,7 +858,7 @@ static void *pool_caller(void *p)
     for (int r = 0; r < 300; r++) {
         pool_ctx c = {{0}, r % 2};
         int n = 1 + r % 4;
-        hsi_status st = hsi_kern_parallel(n, pool_outer, &c);
+        hsi_status st = hsi_parallel(n, pool_outer, &c);
         /* part 2 fails when there is one; its message comes back */
         if ((n > 2) != (st != HSI_OK)) (*bad)++;
         if (st != HSI_OK && !strstr(hsi_last_error(), "fails on purpose")) (*bad)++;
@@ -890,14 +890,14 @@ static void test_pool_concurrent(void)
 static void test_pool_after_fork(void)
 {
     pool_ctx c = {{0}, 0};
-    CU_ASSERT_EQUAL(hsi_kern_parallel(2, pool_inner, &c), HSI_OK); /* the pool exists now */
+    CU_ASSERT_EQUAL(hsi_parallel(2, pool_inner, &c), HSI_OK); /* the pool exists now */
     fflush(NULL);
     pid_t pid = fork();
     CU_ASSERT_FATAL(pid >= 0);
     if (pid == 0) {
         alarm(20);
         pool_ctx k = {{0}, 0};
-        int ok = hsi_kern_parallel(4, pool_inner, &k) == HSI_OK;
+        int ok = hsi_parallel(4, pool_inner, &k) == HSI_OK;
         for (int t = 0; t < 4; t++) ok &= k.counts[4 + t] == 1;
         _exit(ok ? 0 : 1);
     }
@@ -906,7 +906,7 @@ static void test_pool_after_fork(void)
     CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* and the parent's pool still works */
     pool_ctx d = {{0}, 0};
-    CU_ASSERT_EQUAL(hsi_kern_parallel(3, pool_inner, &d), HSI_OK);
+    CU_ASSERT_EQUAL(hsi_parallel(3, pool_inner, &d), HSI_OK);
     CU_ASSERT(d.counts[4] == 1 && d.counts[5] == 1 && d.counts[6] == 1);
 }
 

@@ -1,7 +1,7 @@
 /* prng.h — the small counter-style generator pipeline/ uses for splits,
  * shuffles and augmentation: splitmix64 streams derived from (seed, key...)
  * so that every sample, class or epoch has its own stream whatever thread
- * draws it. Header-only, internal to pipeline/; not a cryptographic RNG. */
+ * draws it. Header-only; not a cryptographic RNG. */
 #ifndef HSI_PRNG_H
 #define HSI_PRNG_H
 

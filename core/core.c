@@ -2,7 +2,7 @@
  * element conversion. Formats live in the readers; this file only knows
  * bytes, shapes and strides. */
 #define _GNU_SOURCE
-#include "core.h"
+#include "core/core.h"
 
 #include <errno.h>
 #include <fcntl.h>

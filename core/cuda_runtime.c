@@ -1,7 +1,7 @@
-/* core_cuda.c — the CUDA runtime behind pinned and device buffers. Compiled
+/* cuda_runtime.c — the CUDA runtime behind pinned and device buffers. Compiled
  * in every build; without HSI_HAVE_CUDA the entry points say CUDA is absent.
  * Kernels are elsewhere (*.cu); this file only allocates and frees. */
-#include "core.h"
+#include "core/core.h"
 
 #include <string.h>
 

@@ -1,0 +1,36 @@
+/* threads.h — the one pool of threads that the kernels and the model engine
+ * share: a persistent pool with a static partition (results do not depend on
+ * scheduling). Not a task scheduler: every call splits one job in n parts. */
+#ifndef HSI_THREADS_H
+#define HSI_THREADS_H
+
+#include <stdint.h>
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Threads our kernels and the model engine use (HSI_THREADS, else online
+ * CPUs, capped at 64). */
+int hsi_threads(void);
+
+/* Threads for a pass over n_values values split into n_parts independent
+ * parts: hsi_threads(), one below 64 Ki values (starting threads would
+ * cost more than the pass), at most one per part. */
+int hsi_threads_for(double n_values, int64_t n_parts);
+
+/* Runs fn(ctx, t, n) on n threads (t = 0..n-1; t = 0 on the caller; a
+ * persistent pool, or threads of their own for a second caller or a nested
+ * call) and returns the first non-OK status (its message is copied to the
+ * caller's thread-local error). A forked child starts with an empty pool. */
+hsi_status hsi_parallel(int n, hsi_status (*fn)(void *ctx, int t, int n), void *ctx);
+
+/* Items [*i0, *i1) of n_items that part t of n owns (static, contiguous). */
+void hsi_split_range(int64_t n_items, int t, int n, int64_t *i0, int64_t *i1);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
