@@ -55,12 +55,16 @@ LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_OBJ  := $(CLI_C:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_C:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libhsi.a
+# The shared library: versioned soname (bump SOMAJOR when the ABI breaks).
+SOMAJOR  := 0
+SOVER    := $(SOMAJOR).1.0
+SOLIB    := $(BUILD)/libhsi.so.$(SOVER)
 BIN      := $(BUILD)/hsi
 TESTBIN  := $(BUILD)/hsi_tests
 
 .PHONY: all deps test test-cuda san fuzz demo bench install clean fixtures banner format
 
-all: banner $(LIB) $(BIN)
+all: banner $(LIB) $(SOLIB) $(BIN)
 
 banner:
 	@echo "hsi build: $(CUDA_MSG); libraries: $(if $(PKG_LIBS),found ($(PKGS)),MISSING - run scripts/install-deps.sh)"
@@ -76,6 +80,11 @@ $(BUILD)/%.cu.o: %.cu
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+$(SOLIB): $(LIB_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,libhsi.so.$(SOMAJOR) -o $@ $^ $(LDLIBS)
+	ln -sf $(notdir $@) $(BUILD)/libhsi.so.$(SOMAJOR)
+	ln -sf $(notdir $@) $(BUILD)/libhsi.so
 
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
