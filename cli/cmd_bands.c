@@ -82,7 +82,7 @@ static int run_bands(int argc, char **argv)
     hsi_cube_init(&c);
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
-    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, spec, wls, drop_bbl));
+    HSI_TRY(hsi_prep_select_bands(&sel, &ns, &c.meta, spec, wls, drop_bbl));
     const hsi_meta *m = &c.meta;
     out = malloc(sizeof(int64_t) * (size_t)ns);
     score = calloc((size_t)ns, sizeof(double));

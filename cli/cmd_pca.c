@@ -7,7 +7,6 @@
 
 #include "cli.h"
 #include "kcli.h"
-#include "kernels/fused.h"
 
 static const char usage[] =
     "usage: hsi pca fit IN MODEL [-k K | --variance F] [--whiten] [--mask LABELS]\n"
@@ -21,10 +20,12 @@ static const char usage[] =
     "pixel blocks, eigenpairs by LAPACK dsyevr; keeps K components (default 10) or\n"
     "as many as explain more than F (0..1) of the variance. --mask fits on pixels\n"
     "whose label is nonzero only. Each component's largest loading is made positive.\n"
-    "MODEL is a small binary file (band list, normalisation, mean, components,\n"
-    "explained variance); the summary goes to stdout.\n"
+    "MODEL is a safetensors file (band list, normalisation, mean, components,\n"
+    "explained variance; see docs/run-directory.md), the same as `hsi preprocess\n"
+    "--save-model` writes; the summary goes to stdout.\n"
     "apply: projects IN (same band count as the cube the model was fitted on) and\n"
-    "writes float32 scores with band names 'PCn (x.x %)'.\n";
+    "writes float32 scores with band names 'PCn (x.x %)'. MODEL may also be a\n"
+    "preprocessing model without PCA, or an older hsi's binary PCA model.\n";
 
 static int fit(int argc, char **argv)
 {
@@ -66,34 +67,32 @@ static int fit(int argc, char **argv)
     int rc = HSI_EXIT_OK;
     hsi_cube c;
     kcli_mask mk = {0};
-    hsi_norm norm = {0};
-    hsi_pca pca = {0};
-    int64_t *sel = NULL, ns = 0;
+    hsi_prep p = {0};
     hsi_cube_init(&c);
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
-    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, ko.bands, ko.wavelengths, ko.drop_bbl));
-    if (k > ns) {
-        st = HSI_FAIL(HSI_ERR_ARG, "-k %lld: only %lld bands are selected", k, (long long)ns);
-        goto cleanup;
-    }
-    hsi_pca_opts po = {.n_components = k, .variance_fraction = frac, .whiten = whiten};
-    HSI_TRY(kcli_fit(&norm, &pca, &c, sel, ns, mode, mk.open ? &mk.view : NULL, &po, ko.tile_lines, (int)ko.threads));
-    HSI_TRY(hsi_pca_save(&pca, model));
-    printf("# %s: PCA of %lld bands (normalize %s%s) on %lld pixels -> %s\n", in, (long long)ns,
-           hsi_norm_mode_name(mode), whiten ? ", whitened" : "", (long long)pca.n_samples, model);
+    hsi_prep_spec ps;
+    kcli_prep_spec(&ps, &ko, mode);
+    ps.pca = k;
+    ps.pca_variance = frac;
+    ps.whiten = whiten;
+    HSI_TRY(kcli_check_pca(&c, &ko, k, "-k"));
+    HSI_TRY(hsi_prep_fit(&p, &c, mk.open ? &mk.view : NULL, &ps));
+    HSI_TRY(hsi_prep_save(&p, model));
+    const hsi_pca *pca = &p.pca;
+    printf("# %s: PCA of %lld bands (normalize %s%s) on %lld pixels -> %s\n", in,
+           (long long)p.norm.n_bands, hsi_norm_mode_name(mode), whiten ? ", whitened" : "",
+           (long long)pca->n_samples, model);
     printf("%4s %16s %10s %10s\n", "pc", "variance", "ratio %", "cum %");
     double cum = 0;
-    for (int64_t i = 0; i < pca.n_components; i++) {
-        cum += pca.explained_variance_ratio[i];
-        printf("%4lld %16.8g %10.4f %10.4f\n", (long long)i + 1, pca.explained_variance[i],
-               100 * pca.explained_variance_ratio[i], 100 * cum);
+    for (int64_t i = 0; i < pca->n_components; i++) {
+        cum += pca->explained_variance_ratio[i];
+        printf("%4lld %16.8g %10.4f %10.4f\n", (long long)i + 1, pca->explained_variance[i],
+               100 * pca->explained_variance_ratio[i], 100 * cum);
     }
 cleanup:
     if (st != HSI_OK) rc = hsi_cli_fail(cmd, st);
-    hsi_pca_free(&pca);
-    hsi_norm_free(&norm);
-    free(sel);
+    hsi_prep_free(&p);
     kcli_mask_close(&mk);
     hsi_cube_free(&c);
     return rc;
@@ -127,25 +126,25 @@ static int apply(int argc, char **argv)
     hsi_status st = HSI_OK;
     int rc = HSI_EXIT_OK;
     hsi_cube c;
-    hsi_pca pca = {0};
+    hsi_prep p = {0};
     hsi_meta om;
     hsi_meta_init(&om);
     hsi_cube_init(&c);
-    HSI_TRY(hsi_pca_load(&pca, model));
+    HSI_TRY(hsi_prep_load(&p, model));
     HSI_TRY(hsi_cube_open(&c, in, NULL));
-    if (pca.norm.n_cube_bands != c.view.shape[0]) {
+    if (p.n_cube_bands != c.view.shape[0]) {
         st = HSI_FAIL(HSI_ERR_ARG, "%s: the model %s was fitted on a %lld-band cube, this one has %lld bands", in,
-                      model, (long long)pca.norm.n_cube_bands, (long long)c.view.shape[0]);
+                      model, (long long)p.n_cube_bands, (long long)c.view.shape[0]);
         goto cleanup;
     }
     char what[256];
     snprintf(what, sizeof what, "hsi pca apply: %s", model);
-    HSI_TRY(kcli_out_meta(&om, &c.meta, NULL, 0, &pca, what));
-    HSI_TRY(kcli_write_fused(out, &c, &om, NULL, &pca, il, ko.tile_lines, (int)ko.threads));
+    HSI_TRY(hsi_prep_out_meta(&om, &c.meta, &p, what));
+    HSI_TRY(hsi_prep_write_envi(out, &p, &c.view, &om, il, ko.tile_lines, (int)ko.threads));
 cleanup:
     if (st != HSI_OK) rc = hsi_cli_fail(cmd, st);
     hsi_meta_free(&om);
-    hsi_pca_free(&pca);
+    hsi_prep_free(&p);
     hsi_cube_free(&c);
     return rc;
 }

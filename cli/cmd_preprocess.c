@@ -32,7 +32,7 @@ static const char usage[] =
     "  --whiten            divide each component by its standard deviation\n"
     "  --fit-mask LABELS   fit statistics and PCA on pixels whose label is nonzero only\n"
     "                      (e.g. the training labels: no test pixels in the fit)\n"
-    "  --save-model MODEL  also write the fitted transform (for 'hsi pca apply')\n"
+    "  --save-model MODEL  also write the fitted transform (safetensors; for 'hsi pca apply')\n"
     "  --interleave I      output interleave (default bsq)\n"
     "With --normalize none --pca K the output is (x - mean) . V_k, like scikit-learn's\n"
     "PCA(K).fit_transform up to each component's sign (hsi makes the largest\n"
@@ -74,58 +74,51 @@ static int run_preprocess(int argc, char **argv)
     }
     if (!in || !out) return hsi_cli_usage_error(cmd, "needs IN and OUT.hdr");
     if (k && frac) return hsi_cli_usage_error(cmd, "give --pca or --pca-variance, not both");
-    if ((whiten || model_path) && !k && !frac)
-        return hsi_cli_usage_error(cmd, "--whiten and --save-model need --pca or --pca-variance");
+    if (whiten && !k && !frac) return hsi_cli_usage_error(cmd, "--whiten needs --pca or --pca-variance");
     hsi_norm_mode mode;
     if (hsi_norm_mode_parse(&mode, ko.normalize) != HSI_OK) return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
     hsi_interleave il;
     if (!kcli_parse_interleave(cmd, il_s, &il)) return HSI_EXIT_USAGE;
 
     hsi_status st = HSI_OK;
-    int rc = HSI_EXIT_OK, have_pca = 0;
+    int rc = HSI_EXIT_OK;
     hsi_cube c;
     kcli_mask mk = {0};
-    hsi_norm norm = {0};
-    hsi_pca pca = {0};
+    hsi_prep p = {0};
     hsi_meta om;
-    int64_t *sel = NULL, ns = 0;
     hsi_meta_init(&om);
     hsi_cube_init(&c);
     double t0 = hsi_now();
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
-    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, ko.bands, ko.wavelengths, ko.drop_bbl));
-    hsi_pca_opts po = {.n_components = k, .variance_fraction = frac, .whiten = whiten};
-    if (k > ns) {
-        st = HSI_FAIL(HSI_ERR_ARG, "--pca %lld: only %lld bands are selected", k, (long long)ns);
-        goto cleanup;
-    }
-    HSI_TRY(kcli_fit(&norm, &pca, &c, sel, ns, mode, mk.open ? &mk.view : NULL, (k || frac) ? &po : NULL,
-                     ko.tile_lines, (int)ko.threads));
-    have_pca = k || frac;
+    hsi_prep_spec ps;
+    kcli_prep_spec(&ps, &ko, mode);
+    ps.pca = k;
+    ps.pca_variance = frac;
+    ps.whiten = whiten;
+    HSI_TRY(kcli_check_pca(&c, &ko, k, "--pca"));
+    HSI_TRY(hsi_prep_fit(&p, &c, mk.open ? &mk.view : NULL, &ps));
     char what[256];
-    snprintf(what, sizeof what, "hsi preprocess: %lld bands, normalize %s%s%s", (long long)ns,
-             hsi_norm_mode_name(mode), have_pca ? ", pca" : "", have_pca && whiten ? " (whitened)" : "");
-    HSI_TRY(kcli_out_meta(&om, &c.meta, sel, ns, have_pca ? &pca : NULL, what));
-    if (model_path) HSI_TRY(hsi_pca_save(&pca, model_path));
-    HSI_TRY(kcli_write_fused(out, &c, &om, have_pca ? NULL : &norm, have_pca ? &pca : NULL, il, ko.tile_lines, (int)ko.threads));
+    snprintf(what, sizeof what, "hsi preprocess: %lld bands, normalize %s%s%s", (long long)p.norm.n_bands,
+             hsi_norm_mode_name(mode), p.has_pca ? ", pca" : "", p.has_pca && whiten ? " (whitened)" : "");
+    HSI_TRY(hsi_prep_out_meta(&om, &c.meta, &p, what));
+    if (model_path) HSI_TRY(hsi_prep_save(&p, model_path));
+    HSI_TRY(hsi_prep_write_envi(out, &p, &c.view, &om, il, ko.tile_lines, (int)ko.threads));
     if (!hsi_is_quiet()) {
         fprintf(stderr, "hsi preprocess: %s -> %s: %lld bands -> %lld float32 bands (%s) in %.2f s\n", in, out,
-                (long long)c.view.shape[0], (long long)hsi_fused_n_out(&norm, have_pca ? &pca : NULL),
-                hsi_interleave_name(il), hsi_now() - t0);
-        if (have_pca) {
+                (long long)c.view.shape[0], (long long)hsi_prep_n_out(&p), hsi_interleave_name(il),
+                hsi_now() - t0);
+        if (p.has_pca) {
             double cum = 0;
-            for (int64_t i = 0; i < pca.n_components; i++) cum += pca.explained_variance_ratio[i];
+            for (int64_t i = 0; i < p.pca.n_components; i++) cum += p.pca.explained_variance_ratio[i];
             fprintf(stderr, "  %lld components explain %.2f %% of the variance (fit on %lld pixels)\n",
-                    (long long)pca.n_components, 100 * cum, (long long)pca.n_samples);
+                    (long long)p.pca.n_components, 100 * cum, (long long)p.pca.n_samples);
         }
     }
 cleanup:
     if (st != HSI_OK) rc = hsi_cli_fail(cmd, st);
     hsi_meta_free(&om);
-    hsi_pca_free(&pca);
-    hsi_norm_free(&norm);
-    free(sel);
+    hsi_prep_free(&p);
     kcli_mask_close(&mk);
     hsi_cube_free(&c);
     return rc;

@@ -80,7 +80,7 @@ static int run_stats(int argc, char **argv)
     hsi_cube_init(&c);
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
-    HSI_TRY(kcli_select_bands(&sel, &ns, &c.meta, bands, NULL, 0));
+    HSI_TRY(hsi_prep_select_bands(&sel, &ns, &c.meta, bands, NULL, 0));
     /* band list -> one view per contiguous run is not needed: stats per band
      * are independent, so compute on the whole cube when the list is every
      * band, else on a view of the span and pick */

@@ -1,5 +1,6 @@
 /* cmd_train.c — `hsi train`, `hsi predict`, `hsi eval` and `hsi profile
- * train`: argument parsing and reporting around cli/train.c. */
+ * train`: argument parsing and printing around the library's trainer and
+ * run directory (pipeline/trainer.h, pipeline/run.h). */
 #include <cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,9 +8,12 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "cli/train.h"
+#include "io/cube.h"
+#include "io/labels.h"
 #include "models/nn.h"
 #include "models/optim.h"
+#include "pipeline/run.h"
+#include "pipeline/trainer.h"
 
 static const char train_usage[] =
     "usage: hsi train CUBE LABELS --out DIR [options]\n"
@@ -64,7 +68,7 @@ static const char train_usage[] =
     "  --quiet             no progress lines\n";
 
 static int parse_train_args(hsi_train_config *c, int argc, char **argv, const char *cmd,
-                            const char **out, int *list)
+                            const char **out, int *list, int *quiet)
 {
     const char *pos[2] = {NULL, NULL};
     int npos = 0;
@@ -166,7 +170,7 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
             c->threads = (int)k;
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) { NEED("--device"); c->device = v; }
         else if (!strcmp(argv[i], "--resume")) c->resume = 1;
-        else if (!strcmp(argv[i], "--quiet")) c->verbose = 0;
+        else if (!strcmp(argv[i], "--quiet")) *quiet = 1;
         else if (argv[i][0] == '-' && argv[i][1]) return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         else if (npos < 2) pos[npos++] = argv[i];
         else return hsi_cli_usage_error(cmd, "too many arguments ('%s')", argv[i]);
@@ -203,29 +207,30 @@ static int list_models(void)
     return HSI_EXIT_OK;
 }
 
+/* The trainer's progress, as it comes. */
+static int print_event(void *ctx, const hsi_train_event *ev)
+{
+    (void)ctx;
+    fputs(ev->text, stdout);
+    fflush(stdout);
+    return 0;
+}
+
 static int run_train_like(int argc, char **argv, const char *cmd, int profile)
 {
     hsi_train_config c;
     hsi_train_config_init(&c);
     const char *out = NULL;
-    int list = 0;
-    int rc = parse_train_args(&c, argc, argv, cmd, &out, &list);
+    int list = 0, quiet = 0;
+    int rc = parse_train_args(&c, argc, argv, cmd, &out, &list, &quiet);
     if (rc != HSI_EXIT_OK) return rc;
     if (list) return list_models();
-    if (c.threads > 0) {
-        char buf[16];
-        snprintf(buf, sizeof buf, "%d", c.threads);
-        setenv("HSI_THREADS", buf, 1); /* the engine's and the kernels' threads */
+    if (!quiet) {
+        c.progress = print_event;
+        c.progress_bars = 1;
     }
     hsi_train_result res;
-    /* train.log beside the outputs */
-    mkdir(c.out_dir, 0755);
-    char logpath[4096];
-    snprintf(logpath, sizeof logpath, "%s/train.log", c.out_dir);
-    FILE *log = fopen(logpath, c.resume ? "a" : "w");
-    c.log = log;
     hsi_status st = hsi_train_run(&c, &res);
-    if (log) fclose(log);
     if (st != HSI_OK) return hsi_cli_fail(cmd, st);
     printf("\nOA %.2f %%  AA %.2f %%  kappa %.4f  (%lld test pixels)\n", 100 * res.oa, 100 * res.aa,
            res.kappa, (long long)res.n_test);
@@ -303,7 +308,27 @@ static int predict_run(int argc, char **argv)
         else return hsi_cli_usage_error("predict", "too many arguments");
     }
     if (npos < 3) return hsi_cli_usage_error("predict", "need DIR CUBE OUT");
-    hsi_status st = hsi_predict_run(pos[0], pos[1], var, pos[2], batch, verbose);
+    hsi_run run;
+    hsi_cube cube;
+    int32_t *map = NULL;
+    hsi_status st = HSI_OK;
+    memset(&run, 0, sizeof run);
+    hsi_cube_init(&cube);
+    HSI_TRY(hsi_run_load(&run, pos[0]));
+    HSI_TRY(hsi_cube_open(&cube, pos[1], &(hsi_open_options){var, 0}));
+    HSI_TRY(hsi_prep_check(&run.prep, &cube.view, pos[1]));
+    const int64_t L = cube.view.shape[1], S = cube.view.shape[2];
+    if (!(map = malloc((size_t)(L * S) * sizeof *map))) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    hsi_predict_opts po = {.batch = batch, .progress_label = verbose ? "predict" : NULL};
+    HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
+    HSI_TRY(hsi_run_write_map(&run, pos[2], map, L, S, &cube.meta));
+cleanup:
+    free(map);
+    hsi_cube_free(&cube);
+    hsi_run_free(&run);
     if (st != HSI_OK) return hsi_cli_fail("predict", st);
     printf("wrote %s\n", pos[2]);
     return HSI_EXIT_OK;
@@ -322,13 +347,18 @@ static int eval_run(int argc, char **argv)
 {
     const char *pos[3] = {NULL, NULL, NULL}, *var = NULL, *lvar = NULL, *json = NULL;
     int npos = 0, batch = 256;
+    hsi_eval_on on = HSI_EVAL_TEST;
     for (int i = 1; i < argc; i++) {
         const char *v;
         long long k;
         if (hsi_cli_opt(argc, argv, &i, "--var", &v)) var = v;
         else if (hsi_cli_opt(argc, argv, &i, "--labels-var", &v)) lvar = v;
         else if (hsi_cli_opt(argc, argv, &i, "--json", &v)) json = v;
-        else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
+        else if (hsi_cli_opt(argc, argv, &i, "--on", &v)) {
+            if (v && !strcmp(v, "test")) on = HSI_EVAL_TEST;
+            else if (v && !strcmp(v, "all")) on = HSI_EVAL_ALL;
+            else return hsi_cli_usage_error("eval", "--on expects test or all");
+        } else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
             if (!hsi_cli_parse_int("eval", "--batch", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
             batch = (int)k;
         } else if (argv[i][0] == '-' && argv[i][1]) return hsi_cli_usage_error("eval", "unknown option '%s'", argv[i]);
@@ -336,18 +366,69 @@ static int eval_run(int argc, char **argv)
         else return hsi_cli_usage_error("eval", "too many arguments");
     }
     if (npos < 3) return hsi_cli_usage_error("eval", "need DIR CUBE LABELS");
-    double oa = 0;
-    hsi_status st = hsi_eval_run(pos[0], pos[1], var, pos[2], lvar, json, batch, 1, &oa);
+    hsi_run run;
+    hsi_cube cube;
+    hsi_labels lab;
+    hsi_metrics mt;
+    int have_mt = 0;
+    int32_t *map = NULL;
+    int64_t unknown = 0;
+    hsi_status st = HSI_OK;
+    memset(&run, 0, sizeof run);
+    hsi_cube_init(&cube);
+    hsi_labels_init(&lab);
+    HSI_TRY(hsi_run_load(&run, pos[0]));
+    HSI_TRY(hsi_cube_open(&cube, pos[1], &(hsi_open_options){var, 0}));
+    HSI_TRY(hsi_prep_check(&run.prep, &cube.view, pos[1]));
+    HSI_TRY(hsi_labels_open(&lab, pos[2], lvar));
+    const int64_t L = cube.view.shape[1], S = cube.view.shape[2];
+    if (lab.map.shape[0] != L || lab.map.shape[1] != S) {
+        st = HSI_FAIL(HSI_ERR_ARG, "%s is %lld x %lld but the cube is %lld x %lld", pos[2],
+                      (long long)lab.map.shape[0], (long long)lab.map.shape[1], (long long)L,
+                      (long long)S);
+        goto cleanup;
+    }
+    if (on == HSI_EVAL_TEST && run.roles.ndim != 2) {
+        st = HSI_FAIL(HSI_ERR_ARG, "%s has no split.hdr (a run of an older hsi): its test pixels "
+                                   "are unknown; score every labelled pixel with --on all",
+                      pos[0]);
+        goto cleanup;
+    }
+    if (!(map = malloc((size_t)(L * S) * sizeof *map))) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    hsi_predict_opts po = {.batch = batch, .progress_label = "predict"};
+    HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
+    HSI_TRY(hsi_run_evaluate(&run, &mt, map, &lab.map, on, &unknown));
+    have_mt = 1;
+    if (unknown)
+        hsi_warn("%lld labelled pixels have classes the model was not trained on; not scored",
+                 (long long)unknown);
+    printf("scored: %s (%lld pixels)\n",
+           on == HSI_EVAL_TEST ? "the training split's test pixels" : "every labelled pixel",
+           (long long)mt.n);
+    hsi_metrics_print(&mt, stdout, (const char *const *)run.names, 1);
+    if (json) HSI_TRY(hsi_metrics_save_json(&mt, json, (const char *const *)run.names, run.label_ids));
+cleanup:
+    if (have_mt) hsi_metrics_free(&mt);
+    free(map);
+    hsi_labels_free(&lab);
+    hsi_cube_free(&cube);
+    hsi_run_free(&run);
     if (st != HSI_OK) return hsi_cli_fail("eval", st);
     return HSI_EXIT_OK;
 }
 
 HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
-                       "usage: hsi eval DIR CUBE LABELS [--var NAME] [--labels-var NAME]\n"
-                       "                [--json OUT.json] [--batch N]\n"
+                       "usage: hsi eval DIR CUBE LABELS [--on test|all] [--var NAME]\n"
+                       "                [--labels-var NAME] [--json OUT.json] [--batch N]\n"
                        "\n"
-                       "Predicts every labelled pixel of LABELS and prints OA, AA, kappa,\n"
-                       "per-class recall/precision/F1 and the confusion matrix. Note: pixels\n"
-                       "the model was trained on are scored too; use the test split in\n"
-                       "metrics.json for an honest figure on the training scene.\n",
+                       "Predicts the scene and prints OA, AA, kappa, per-class recall,\n"
+                       "precision, F1 and the confusion matrix.\n"
+                       "  --on test  (default) only the pixels the training split held out for\n"
+                       "             testing (DIR/split.hdr): the honest figure, equal to\n"
+                       "             DIR/metrics.json on the training scene\n"
+                       "  --on all   every labelled pixel of LABELS (another scene; on the\n"
+                       "             training scene this scores the training pixels too)\n",
                        eval_run})

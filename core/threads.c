@@ -9,8 +9,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+static int g_threads_set;
+
+void hsi_threads_set(int n) { __atomic_store_n(&g_threads_set, n > 64 ? 64 : n, __ATOMIC_RELAXED); }
+
 int hsi_threads(void)
 {
+    int set = __atomic_load_n(&g_threads_set, __ATOMIC_RELAXED);
+    if (set > 0) return set;
     const char *e = getenv("HSI_THREADS");
     long n = 0;
     if (e && *e) n = strtol(e, NULL, 10);

@@ -13,8 +13,12 @@ extern "C" {
 #endif
 
 /* Threads our kernels and the model engine use (HSI_THREADS, else online
- * CPUs, capped at 64). */
+ * CPUs, capped at 64), unless hsi_threads_set chose a count. */
 int hsi_threads(void);
+
+/* Sets the count hsi_threads() returns from now on (n <= 0: back to
+ * HSI_THREADS or the CPUs). For the whole process. */
+void hsi_threads_set(int n);
 
 /* Threads for a pass over n_values values split into n_parts independent
  * parts: hsi_threads(), one below 64 Ki values (starting threads would

@@ -42,9 +42,9 @@ static void test_train_outputs(void)
     int rc = hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s --epochs 1 --train 0.03 --quiet --seed 3", dir);
     if (rc) fprintf(stderr, "%s\n", out);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
-    const char *files[] = {"model.safetensors", "pipeline.json", "pca.bin", "metrics.json",
-                           "split.json", "map.hdr", "map", "map.png", "train.log",
-                           "train_state.safetensors"};
+    const char *files[] = {"model.safetensors", "pipeline.json", "preprocessing.safetensors",
+                           "metrics.json", "split.json", "split.hdr", "split", "map.hdr", "map",
+                           "map.png", "train.log", "train_state.safetensors"};
     char path[4096];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
@@ -75,6 +75,7 @@ static void test_train_outputs(void)
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(m, "aa")->valuedouble, aa, 1e-9);
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(m, "kappa")->valuedouble, (diag / tot - pe) / (1 - pe),
                     1e-9);
+    double test_oa = cJSON_GetObjectItem(m, "oa")->valuedouble;
     cJSON *sc = cJSON_GetObjectItem(m, "split_counts");
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(sc, "test")->valuedouble, tot, 0);
     /* 6421 labelled pixels = train + val + test (random split, no guard) */
@@ -103,9 +104,17 @@ static void test_train_outputs(void)
     HSI_CHECK_OK(hsi_envi_open(&pc, pm));
     CU_ASSERT_EQUAL(memcmp(pc.view.buf->data, mc.view.buf->data, 96 * 96), 0);
     hsi_cube_free(&pc);
+    /* eval on the split's test pixels (the default) is metrics.json's OA */
+    const char *et = hsi_test_tmp("t1_eval_test.json");
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --json %s", dir, et), 0);
+    cJSON *e = load_json(et);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "oa")->valuedouble, test_oa, 0);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "n")->valuedouble, tot, 0);
+    cJSON_Delete(e);
     /* eval over all labelled pixels agrees with the map */
     const char *ej = hsi_test_tmp("t1_eval.json");
-    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --json %s", dir, ej), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --on all --json %s", dir, ej), 0);
     hsi_cube gt;
     hsi_cube_init(&gt);
     HSI_CHECK_OK(hsi_envi_open(&gt, "data_samples/scene_gt.hdr"));
@@ -116,7 +125,7 @@ static void test_train_outputs(void)
             n++;
             ok += g[i] == mp[i];
         }
-    cJSON *e = load_json(ej);
+    e = load_json(ej);
     CU_ASSERT_PTR_NOT_NULL_FATAL(e);
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "oa")->valuedouble, (double)ok / (double)n, 1e-12);
     cJSON_Delete(e);

@@ -1,0 +1,552 @@
+/* preprocess.c — the fitted preprocessing pipeline (see preprocess.h):
+ * band selection from options, fit on a mask, the fused pass to memory or
+ * to an ENVI writer, the output header, and the safetensors model file.
+ * The statistics, PCA and fused kernels themselves are in kernels/. */
+#include "pipeline/preprocess.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bands.h"
+#include "kernels/fused.h"
+#include "kernels/stats.h"
+#include "models/checkpoint.h"
+#include "models/tensor.h"
+
+void hsi_prep_spec_init(hsi_prep_spec *s)
+{
+    memset(s, 0, sizeof *s);
+    s->norm = HSI_NORM_ZSCORE;
+}
+
+hsi_status hsi_prep_select_bands(int64_t **out, int64_t *n, const hsi_meta *m, const char *bands,
+                                 const char *wavelengths, int drop_bbl)
+{
+    hsi_status st = HSI_OK;
+    int64_t *sel = NULL, ns = 0, *wsel = NULL, nw = 0;
+    double *wl = NULL;
+    uint8_t *in = NULL;
+    int64_t B = m->n_bands;
+    *out = NULL;
+    *n = 0;
+    if (bands) {
+        HSI_TRY(hsi_bands_parse(&sel, &ns, bands, B));
+    } else {
+        sel = malloc(sizeof(int64_t) * (size_t)(B > 0 ? B : 1));
+        if (!sel) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        for (int64_t b = 0; b < B; b++) sel[b] = b;
+        ns = B;
+    }
+    if (wavelengths) {
+        if (!m->wavelength) {
+            st = HSI_FAIL(HSI_ERR_ARG, "--wavelengths: the header has no 'wavelength' list");
+            goto cleanup;
+        }
+        wl = malloc(sizeof(double) * (size_t)B);
+        in = calloc((size_t)B, 1);
+        if (!wl || !in) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        memcpy(wl, m->wavelength, sizeof(double) * (size_t)B);
+        if (!m->wavelength_nm) hsi_wavelengths_to_nm(wl, B, m->wavelength_units);
+        HSI_TRY(hsi_bands_from_wavelengths(&wsel, &nw, wavelengths, wl, B));
+        for (int64_t i = 0; i < nw; i++) in[wsel[i]] = 1;
+        int64_t k = 0;
+        for (int64_t i = 0; i < ns; i++)
+            if (in[sel[i]]) sel[k++] = sel[i];
+        ns = k;
+    }
+    if (drop_bbl && m->bbl) hsi_bands_drop_bad(sel, &ns, m->bbl);
+    if (ns == 0) {
+        st = HSI_FAIL(HSI_ERR_ARG, "the band options select no band (of %lld)", (long long)B);
+        goto cleanup;
+    }
+    *out = sel;
+    *n = ns;
+    sel = NULL;
+cleanup:
+    free(in);
+    free(sel);
+    free(wsel);
+    free(wl);
+    return st;
+}
+
+void hsi_prep_calib(hsi_calib *c, const hsi_meta *m)
+{
+    c->gain = m->gain;
+    c->offset = m->offset;
+    c->refl_scale = m->has_reflectance_scale ? m->reflectance_scale : 0;
+}
+
+hsi_status hsi_prep_fit(hsi_prep *out, const hsi_cube *c, const hsi_view *mask,
+                        const hsi_prep_spec *spec)
+{
+    hsi_status st = HSI_OK;
+    hsi_stats s = {0};
+    hsi_calib cal;
+    int64_t *sel = NULL, ns = 0;
+    const hsi_meta *m = &c->meta;
+    const int has_ig = m->has_ignore_value;
+    const hsi_norm_mode mode = spec->norm;
+    memset(out, 0, sizeof *out);
+    out->n_cube_bands = c->view.shape[0];
+    HSI_TRY(hsi_prep_select_bands(&sel, &ns, m, spec->bands, spec->wavelengths, spec->drop_bbl));
+    hsi_prep_calib(&cal, m);
+    int need_stats = has_ig || mode == HSI_NORM_ZSCORE || mode == HSI_NORM_MINMAX ||
+                     mode == HSI_NORM_GLOBAL_MINMAX;
+    if (need_stats) {
+        hsi_stats_opts so = {.mask = mask,
+                             .has_ignore = has_ig,
+                             .ignore_value = m->ignore_value,
+                             .tile_lines = spec->tile_lines,
+                             .n_threads = spec->n_threads,
+                             .progress_label = spec->progress ? "statistics" : NULL};
+        HSI_TRY(hsi_stats_compute(&s, &c->view, &so));
+    }
+    HSI_TRY(hsi_norm_build(&out->norm, mode, c->view.shape[0], sel, ns, need_stats ? &s : NULL, &cal,
+                           has_ig, m->ignore_value));
+    if (spec->pca > 0 || spec->pca_variance > 0) {
+        hsi_pca_opts po = {.n_components = spec->pca > 0 ? (spec->pca < ns ? spec->pca : ns) : 0,
+                           .variance_fraction = spec->pca > 0 ? 0 : spec->pca_variance,
+                           .whiten = spec->whiten,
+                           .mask = mask,
+                           .tile_lines = spec->tile_lines,
+                           .n_threads = spec->n_threads,
+                           .progress_label = spec->progress ? "pca fit" : NULL};
+        HSI_TRY(hsi_pca_fit(&out->pca, &c->view, &out->norm, &po));
+        out->has_pca = 1;
+    }
+cleanup:
+    free(sel);
+    hsi_stats_free(&s);
+    if (st != HSI_OK) hsi_prep_free(out);
+    return st;
+}
+
+int64_t hsi_prep_n_out(const hsi_prep *p)
+{
+    return hsi_fused_n_out(&p->norm, p->has_pca ? &p->pca : NULL);
+}
+
+hsi_status hsi_prep_check(const hsi_prep *p, const hsi_view *cube, const char *what)
+{
+    if (cube->ndim != 3 || cube->shape[0] != p->n_cube_bands)
+        return HSI_FAIL(HSI_ERR_ARG, "%s has %lld bands but the preprocessing was fitted on cubes of %lld",
+                        what ? what : "the cube", cube->ndim == 3 ? (long long)cube->shape[0] : -1LL,
+                        (long long)p->n_cube_bands);
+    return HSI_OK;
+}
+
+hsi_status hsi_prep_transform(hsi_view *out, const hsi_prep *p, const hsi_view *cube,
+                              const char *progress_label, int64_t tile_lines, int n_threads)
+{
+    hsi_status st = HSI_OK;
+    memset(out, 0, sizeof *out);
+    HSI_TRY(hsi_prep_check(p, cube, NULL));
+    int64_t shape[3] = {hsi_prep_n_out(p), cube->shape[1], cube->shape[2]};
+    HSI_TRY(hsi_view_alloc(out, HSI_F32, 3, shape, HSI_BUF_HOST));
+    hsi_fused_opts fo = {.tile_lines = tile_lines, .n_threads = n_threads,
+                         .progress_label = progress_label};
+    st = hsi_fused_run(out->buf->data, cube, &p->norm, p->has_pca ? &p->pca : NULL, &fo);
+    if (st != HSI_OK) hsi_view_release(out);
+cleanup:
+    return st;
+}
+
+/* Fused-pass sink that streams tiles to an ENVI writer. */
+static hsi_status sink_tile(void *ctx, const float *tile, int64_t line0, int64_t n_lines,
+                            int64_t n_out, int64_t n_samples, int pixel_major)
+{
+    hsi_envi_writer *w = ctx;
+    hsi_status st = HSI_OK;
+    hsi_buffer *buf = NULL;
+    hsi_view v;
+    (void)line0;
+    size_t bytes = sizeof(float) * (size_t)(n_out * n_lines * n_samples);
+    HSI_TRY(hsi_buffer_wrap(&buf, (void *)tile, bytes, HSI_BUF_HOST, NULL, NULL));
+    int64_t shape[3] = {n_out, n_lines, n_samples};
+    int64_t bm[3] = {4 * n_lines * n_samples, 4 * n_samples, 4};
+    int64_t pm[3] = {4, 4 * n_samples * n_out, 4 * n_out};
+    HSI_TRY(hsi_view_make(&v, buf, 0, HSI_F32, 3, shape, pixel_major ? pm : bm, 0));
+    st = hsi_envi_writer_write(w, &v);
+    hsi_view_release(&v);
+cleanup:
+    hsi_buffer_release(buf);
+    return st;
+}
+
+hsi_status hsi_prep_write_envi(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
+                               const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
+                               int n_threads)
+{
+    hsi_status st = HSI_OK;
+    hsi_envi_write_options wo;
+    hsi_envi_writer *w = NULL;
+    HSI_TRY(hsi_prep_check(p, cube, out_hdr));
+    hsi_envi_write_options_init(&wo);
+    wo.interleave = il;
+    wo.dtype = HSI_F32;
+    HSI_TRY(hsi_envi_writer_open(&w, out_hdr, out_meta, hsi_prep_n_out(p), cube->shape[1],
+                                 cube->shape[2], &wo));
+    hsi_fused_opts fo = {.pixel_major = il == HSI_BIP,
+                         .tile_lines = tile_lines,
+                         .n_threads = n_threads,
+                         .progress_label = p->has_pca ? "project" : "normalise",
+                         .sink = sink_tile,
+                         .sink_ctx = w};
+    st = hsi_fused_run(NULL, cube, &p->norm, p->has_pca ? &p->pca : NULL, &fo);
+    if (st != HSI_OK) {
+        hsi_envi_writer_abort(w);
+        goto cleanup;
+    }
+    HSI_TRY(hsi_envi_writer_finish(w));
+cleanup:
+    return st;
+}
+
+static const char *const drop_keys[] = {"data gain values",          "data offset values",
+                                        "reflectance scale factor",  "data ignore value",
+                                        "data reflectance gain values", "data reflectance offset values",
+                                        "default bands"};
+
+hsi_status hsi_prep_out_meta(hsi_meta *out, const hsi_meta *in, const hsi_prep *p,
+                             const char *what)
+{
+    hsi_status st = HSI_OK;
+    HSI_TRY(hsi_meta_copy(out, in));
+    if (!p->has_pca) {
+        HSI_TRY(hsi_meta_select_bands(out, p->norm.bands, p->norm.n_bands));
+    } else {
+        const hsi_pca *pca = &p->pca;
+        free(out->wavelength);
+        free(out->fwhm);
+        free(out->bbl);
+        free(out->wavelength_units);
+        if (out->band_names)
+            for (int64_t i = 0; i < out->n_bands; i++) free(out->band_names[i]);
+        free(out->band_names);
+        out->wavelength = out->fwhm = NULL;
+        out->wavelength_units = NULL;
+        out->wavelength_nm = 0;
+        out->bbl = NULL;
+        out->n_bands = pca->n_components;
+        out->band_names = calloc((size_t)pca->n_components, sizeof(char *));
+        if (!out->band_names) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        for (int64_t c = 0; c < pca->n_components; c++) {
+            char name[64];
+            snprintf(name, sizeof name, "PC%lld (%.1f %%)", (long long)c + 1,
+                     100.0 * pca->explained_variance_ratio[c]);
+            out->band_names[c] = strdup(name);
+            if (!out->band_names[c]) {
+                st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+                goto cleanup;
+            }
+        }
+        static const char *const per_band[] = {"wavelength", "fwhm", "bbl", "band names",
+                                               "wavelength units"};
+        for (size_t i = 0; i < sizeof per_band / sizeof *per_band; i++)
+            hsi_meta_unset(out, per_band[i]);
+    }
+    free(out->gain);
+    free(out->offset);
+    out->gain = out->offset = NULL;
+    out->has_reflectance_scale = 0;
+    out->has_ignore_value = 0;
+    out->n_default_bands = 0;
+    out->file_kind = HSI_FILE_STANDARD;
+    for (size_t i = 0; i < sizeof drop_keys / sizeof *drop_keys; i++) hsi_meta_unset(out, drop_keys[i]);
+    if (what) {
+        const char *old = in->description ? in->description : "";
+        size_t len = strlen(old) + strlen(what) + 4;
+        char *d = malloc(len);
+        if (!d) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        snprintf(d, len, "%s%s%s", old, *old ? "\n" : "", what);
+        free(out->description);
+        out->description = d;
+    }
+cleanup:
+    if (st != HSI_OK) hsi_meta_free(out);
+    return st;
+}
+
+/* ------------------------------------------------------------ the file */
+
+#define PREP_FORMAT "hsi.preprocessing"
+#define PREP_MAX_FEATURES 1000000
+
+static const char prep_formula[] =
+    "x: raw cube value of band bands[j] (0-based) as float64; if x == ignore_value (when "
+    "has_ignore) or x is NaN: x = fill[j]; y[j] = scale[j] * (x - center[j]) + offset[j]; if l2: "
+    "y = y / ||y||_2 (a zero spectrum stays zero); with PCA: z = (y - pca.mean) @ "
+    "pca.components.T, and if whiten: z = z / sqrt(pca.explained_variance); the output "
+    "(y, or z) is rounded to float32";
+
+/* A tensor over borrowed host memory (freed by the caller after writing). */
+static hsi_status wrap_tensor(hsi_named_tensor *nt, const char *name, void *data, hsi_dtype dt,
+                              int ndim, const int64_t *shape)
+{
+    hsi_status st = HSI_OK;
+    hsi_buffer *b = NULL;
+    hsi_view v;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    memset(nt, 0, sizeof *nt);
+    snprintf(nt->name, sizeof nt->name, "%s", name);
+    HSI_TRY(hsi_buffer_wrap(&b, data, (size_t)n * hsi_dtype_size(dt), HSI_BUF_HOST, NULL, NULL));
+    HSI_TRY(hsi_view_make_packed(&v, b, 0, dt, ndim, shape));
+    st = hsi_tensor_from_view(&nt->t, &v, 0);
+    hsi_view_release(&v);
+cleanup:
+    hsi_buffer_release(b);
+    return st;
+}
+
+hsi_status hsi_prep_save(const hsi_prep *p, const char *path)
+{
+    hsi_status st = HSI_OK;
+    hsi_named_tensor ts[9];
+    int n = 0;
+    const hsi_norm *nm = p->has_pca ? &p->pca.norm : &p->norm;
+    const int64_t nf = nm->n_bands, k = p->has_pca ? p->pca.n_components : 0;
+    memset(ts, 0, sizeof ts);
+    HSI_TRY(wrap_tensor(&ts[n++], "bands", nm->bands, HSI_I64, 1, &nf));
+    HSI_TRY(wrap_tensor(&ts[n++], "scale", nm->scale, HSI_F64, 1, &nf));
+    HSI_TRY(wrap_tensor(&ts[n++], "center", nm->center, HSI_F64, 1, &nf));
+    HSI_TRY(wrap_tensor(&ts[n++], "offset", nm->offset, HSI_F64, 1, &nf));
+    HSI_TRY(wrap_tensor(&ts[n++], "fill", nm->fill, HSI_F64, 1, &nf));
+    if (p->has_pca) {
+        int64_t cs[2] = {k, nf};
+        HSI_TRY(wrap_tensor(&ts[n++], "pca.mean", p->pca.mean, HSI_F64, 1, &nf));
+        HSI_TRY(wrap_tensor(&ts[n++], "pca.components", p->pca.components, HSI_F64, 2, cs));
+        HSI_TRY(wrap_tensor(&ts[n++], "pca.explained_variance", p->pca.explained_variance, HSI_F64,
+                            1, &k));
+        HSI_TRY(wrap_tensor(&ts[n++], "pca.explained_variance_ratio",
+                            p->pca.explained_variance_ratio, HSI_F64, 1, &k));
+    }
+    char ncb[32], ig[40], nsamp[32], tv[40];
+    snprintf(ncb, sizeof ncb, "%lld", (long long)p->n_cube_bands);
+    snprintf(ig, sizeof ig, "%.17g", nm->ignore_value);
+    snprintf(nsamp, sizeof nsamp, "%lld", p->has_pca ? (long long)p->pca.n_samples : 0LL);
+    snprintf(tv, sizeof tv, "%.17g", p->has_pca ? p->pca.total_variance : 0.0);
+    const char *meta[] = {"format", PREP_FORMAT,
+                          "version", "1",
+                          "normalize", hsi_norm_mode_name(nm->mode),
+                          "n_cube_bands", ncb,
+                          "l2", nm->l2 ? "1" : "0",
+                          "has_ignore", nm->has_ignore ? "1" : "0",
+                          "ignore_value", ig,
+                          "pca", p->has_pca ? "1" : "0",
+                          "whiten", p->has_pca && p->pca.whiten ? "1" : "0",
+                          "pca_n_samples", nsamp,
+                          "pca_total_variance", tv,
+                          "formula", prep_formula};
+    st = hsi_safetensors_write(path, ts, n, meta, (int)(sizeof meta / sizeof *meta / 2));
+cleanup:
+    for (int i = 0; i < n; i++) hsi_tensor_free(ts[i].t);
+    return st;
+}
+
+/* Copies tensor `name` (dtype dt, shape (n0[, n1])) into a malloc'd array. */
+static hsi_status read_tensor(void **out, const hsi_st_file *f, const char *path, const char *name,
+                              hsi_dtype dt, int ndim, int64_t n0, int64_t n1)
+{
+    hsi_status st = HSI_OK;
+    hsi_view v;
+    *out = NULL;
+    int i = hsi_safetensors_find(f, name);
+    if (i < 0) return HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
+    HSI_TRY(hsi_safetensors_view(f, i, &v));
+    if (v.dtype != dt || v.ndim != ndim || v.shape[0] != n0 || (ndim == 2 && v.shape[1] != n1)) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor '%s' must be %s of shape (%lld%s), found %s of %d dims",
+                      path, name, hsi_dtype_name(dt), (long long)n0, ndim == 2 ? ", k" : "",
+                      hsi_dtype_name(v.dtype), v.ndim);
+        goto release;
+    }
+    size_t bytes = (size_t)hsi_view_nbytes(&v);
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto release;
+    }
+    hsi_view dst;
+    st = hsi_buffer_wrap(&dst.buf, *out, bytes, HSI_BUF_HOST, NULL, NULL);
+    if (st == HSI_OK) {
+        hsi_buffer *b = dst.buf;
+        st = hsi_view_make_packed(&dst, b, 0, dt, v.ndim, v.shape);
+        hsi_buffer_release(b);
+        if (st == HSI_OK) {
+            st = hsi_view_copy(&dst, &v);
+            hsi_view_release(&dst);
+        }
+    }
+release:
+    hsi_view_release(&v);
+cleanup:
+    if (st != HSI_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static hsi_status meta_int(int64_t *out, const hsi_st_file *f, const char *path, const char *key,
+                           int64_t lo, int64_t hi)
+{
+    const char *s = hsi_safetensors_meta(f, key);
+    char *end = NULL;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || end == s || *end || v < lo || v > hi)
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ '%s' must be an integer in %lld..%lld (found %s%s%s)",
+                        path, key, (long long)lo, (long long)hi, s ? "'" : "", s ? s : "nothing",
+                        s ? "'" : "");
+    *out = v;
+    return HSI_OK;
+}
+
+static hsi_status meta_double(double *out, const hsi_st_file *f, const char *path, const char *key)
+{
+    const char *s = hsi_safetensors_meta(f, key);
+    char *end = NULL;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || end == s || *end)
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ '%s' must be a number (found %s)", path,
+                        key, s ? s : "nothing");
+    *out = v;
+    return HSI_OK;
+}
+
+static hsi_status load_safetensors(hsi_prep *out, const char *path)
+{
+    hsi_status st = HSI_OK;
+    hsi_st_file *f = NULL;
+    int64_t ncb = 0, l2 = 0, hig = 0, has_pca = 0, whiten = 0, nsamp = 0;
+    memset(out, 0, sizeof *out);
+    HSI_TRY(hsi_safetensors_open(&f, path));
+    const char *fmt = hsi_safetensors_meta(f, "format"), *ver = hsi_safetensors_meta(f, "version"),
+               *mode = hsi_safetensors_meta(f, "normalize");
+    if (!fmt || strcmp(fmt, PREP_FORMAT) != 0) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: not an hsi preprocessing file (__metadata__ 'format' is %s%s%s, expected '%s')",
+                      path, fmt ? "'" : "", fmt ? fmt : "missing", fmt ? "'" : "", PREP_FORMAT);
+        goto cleanup;
+    }
+    if (!ver || strcmp(ver, "1") != 0) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: preprocessing file version %s; this hsi reads version 1",
+                      path, ver ? ver : "(missing)");
+        goto cleanup;
+    }
+    hsi_norm *nm = &out->norm;
+    if (!mode || hsi_norm_mode_parse(&nm->mode, mode) != HSI_OK) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'normalize' is %s; expected none, zscore, minmax, global-minmax or l2",
+                      path, mode ? mode : "missing");
+        goto cleanup;
+    }
+    HSI_TRY(meta_int(&ncb, f, path, "n_cube_bands", 1, PREP_MAX_FEATURES));
+    HSI_TRY(meta_int(&l2, f, path, "l2", 0, 1));
+    HSI_TRY(meta_int(&hig, f, path, "has_ignore", 0, 1));
+    HSI_TRY(meta_int(&has_pca, f, path, "pca", 0, 1));
+    HSI_TRY(meta_double(&nm->ignore_value, f, path, "ignore_value"));
+    out->n_cube_bands = nm->n_cube_bands = ncb;
+    nm->l2 = (int)l2;
+    nm->has_ignore = (int)hig;
+    int bi = hsi_safetensors_find(f, "bands");
+    hsi_view bv;
+    if (bi < 0) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor 'bands' is missing", path);
+        goto cleanup;
+    }
+    HSI_TRY(hsi_safetensors_view(f, bi, &bv));
+    nm->n_bands = bv.ndim == 1 ? bv.shape[0] : 0;
+    hsi_view_release(&bv);
+    const int64_t nf = nm->n_bands;
+    if (nf < 1 || nf > ncb) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'bands' must list 1..%lld bands", path, (long long)ncb);
+        goto cleanup;
+    }
+    HSI_TRY(read_tensor((void **)&nm->bands, f, path, "bands", HSI_I64, 1, nf, 0));
+    for (int64_t j = 0; j < nf; j++)
+        if (nm->bands[j] < 0 || nm->bands[j] >= ncb) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: bands[%lld] = %lld is outside the cube's %lld bands",
+                          path, (long long)j, (long long)nm->bands[j], (long long)ncb);
+            goto cleanup;
+        }
+    HSI_TRY(read_tensor((void **)&nm->scale, f, path, "scale", HSI_F64, 1, nf, 0));
+    HSI_TRY(read_tensor((void **)&nm->center, f, path, "center", HSI_F64, 1, nf, 0));
+    HSI_TRY(read_tensor((void **)&nm->offset, f, path, "offset", HSI_F64, 1, nf, 0));
+    HSI_TRY(read_tensor((void **)&nm->fill, f, path, "fill", HSI_F64, 1, nf, 0));
+    if (has_pca) {
+        hsi_pca *pc = &out->pca;
+        int ci = hsi_safetensors_find(f, "pca.components");
+        hsi_view cv;
+        if (ci < 0) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor 'pca.components' is missing", path);
+            goto cleanup;
+        }
+        HSI_TRY(hsi_safetensors_view(f, ci, &cv));
+        int64_t k = cv.ndim == 2 ? cv.shape[0] : 0;
+        hsi_view_release(&cv);
+        if (k < 1 || k > nf) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'pca.components' must be (k, %lld) with 1 <= k <= %lld",
+                          path, (long long)nf, (long long)nf);
+            goto cleanup;
+        }
+        HSI_TRY(meta_int(&whiten, f, path, "whiten", 0, 1));
+        HSI_TRY(meta_int(&nsamp, f, path, "pca_n_samples", 0, INT64_MAX));
+        HSI_TRY(meta_double(&pc->total_variance, f, path, "pca_total_variance"));
+        HSI_TRY(hsi_norm_copy(&pc->norm, nm));
+        pc->n_features = nf;
+        pc->n_components = k;
+        pc->n_samples = nsamp;
+        pc->whiten = (int)whiten;
+        HSI_TRY(read_tensor((void **)&pc->mean, f, path, "pca.mean", HSI_F64, 1, nf, 0));
+        HSI_TRY(read_tensor((void **)&pc->components, f, path, "pca.components", HSI_F64, 2, k, nf));
+        HSI_TRY(read_tensor((void **)&pc->explained_variance, f, path, "pca.explained_variance",
+                            HSI_F64, 1, k, 0));
+        HSI_TRY(read_tensor((void **)&pc->explained_variance_ratio, f, path,
+                            "pca.explained_variance_ratio", HSI_F64, 1, k, 0));
+        out->has_pca = 1;
+    }
+cleanup:
+    hsi_safetensors_close(f);
+    if (st != HSI_OK) hsi_prep_free(out);
+    return st;
+}
+
+hsi_status hsi_prep_load(hsi_prep *out, const char *path)
+{
+    hsi_status st = HSI_OK;
+    char magic[8] = {0};
+    memset(out, 0, sizeof *out);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return HSI_FAIL(HSI_ERR_IO, "%s: cannot open the preprocessing model", path);
+    size_t got = fread(magic, 1, sizeof magic, fp);
+    fclose(fp);
+    if (got == sizeof magic && !memcmp(magic, "HSIPCA1", 8)) {
+        /* the legacy private layout (pca.bin of hsi before 0.2) */
+        HSI_TRY(hsi_pca_load(&out->pca, path));
+        out->has_pca = 1;
+        out->n_cube_bands = out->pca.norm.n_cube_bands;
+        st = hsi_norm_copy(&out->norm, &out->pca.norm);
+        if (st != HSI_OK) hsi_prep_free(out);
+        return st;
+    }
+    return load_safetensors(out, path);
+cleanup:
+    return st;
+}
+
+void hsi_prep_free(hsi_prep *p)
+{
+    if (!p) return;
+    hsi_norm_free(&p->norm);
+    if (p->has_pca) hsi_pca_free(&p->pca);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,859 @@
+/* trainer.c — the training job (see trainer.h): open, split, fit the
+ * preprocessing on training pixels, fused pass, patches, loader, autograd
+ * training with validation and early stopping, test metrics, whole-scene
+ * map, run directory. Every step is a library call; this file owns the
+ * order, the files written, the timings and the progress events. */
+#define _GNU_SOURCE
+#include "pipeline/trainer.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "core/threads.h"
+#include "io/cube.h"
+#include "io/gdal_io.h"
+#include "io/labels.h"
+#include "kernels/cuda.h"
+#include "models/checkpoint.h"
+#include "models/model_cuda.h"
+#include "models/tensor.h"
+#include "pipeline/loader.h"
+#include "pipeline/metrics.h"
+#include "pipeline/run_internal.h"
+
+void hsi_train_config_init(hsi_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->model = "cnn2d";
+    c->norm = HSI_NORM_ZSCORE;
+    c->pca = 30;
+    c->patch = 11;
+    c->pad = HSI_PAD_MIRROR;
+    c->split = HSI_SPLIT_RANDOM;
+    c->train_fraction = 0.1;
+    c->val_fraction = 0; /* keep the last epoch: a few pixels per class cannot choose one */
+    c->block = 0;        /* auto: max(16, 4 * (P / 2) + 4) */
+    c->augment = 1;
+    c->epochs = 40;
+    c->batch = 16;
+    c->lr = 1e-3;
+    c->weight_decay = 1e-4;
+    c->patience = 15;
+    c->seed = 1;
+    c->schedule = HSI_SCHED_COSINE;
+    c->workers = 1;
+    c->prefetch = 2;
+    c->device = "auto";
+}
+
+struct hsi_trainer {
+    hsi_train_config c;
+    hsi_cube cube;
+    hsi_labels lab, ltr, lte;
+    hsi_split sp;
+    hsi_run run;    /* the pipeline being trained: preprocessing, classes, model */
+    hsi_view fc;    /* the preprocessed (C, L, S) float32 cube */
+    hsi_patcher pt;
+    int have_patcher;
+    hsi_patch_dataset ds; /* the loader's view of the training pixels */
+    hsi_loader *ld;
+    hsi_dmodel *dm;
+    hsi_optim *opt;
+    hsi_optim_config oc;
+    hsi_sched sched;
+    hsi_graph *g;
+    FILE *log;
+    char *p_state, *p_best;
+    int on_gpu, have_val, first_epoch, epoch, best_epoch, since_best, stop, finished;
+    double best_val, t_start, t_train;
+    hsi_step_times pa;
+    int64_t samples_total;
+    hsi_train_result res;
+};
+
+/* ------------------------------------------------------------- helpers */
+
+/* Sends text to the callback and train.log. log_text: what the log gets
+ * when it differs (NULL = the same). Returns the callback's answer. */
+static int emit(hsi_trainer *t, hsi_train_event *ev, const char *text, const char *log_text)
+{
+    if (t->log) {
+        fputs(log_text ? log_text : text, t->log);
+        fflush(t->log);
+    }
+    ev->text = text;
+    return t->c.progress ? t->c.progress(t->c.progress_ctx, ev) : 0;
+}
+
+static void info(hsi_trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void info(hsi_trainer *t, const char *fmt, ...)
+{
+    char *s = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    hsi_train_event ev = {.kind = HSI_TRAIN_EV_INFO};
+    if (emit(t, &ev, s, NULL)) t->stop = 1;
+    free(s);
+}
+
+/* Text that a printing function writes to a FILE, as a string. */
+typedef void (*print_fn)(const void *obj, FILE *fp, const void *arg, int flag);
+
+static void print_split(const void *obj, FILE *fp, const void *names, int flag)
+{
+    (void)flag;
+    hsi_split_print(obj, fp, names);
+}
+
+static void print_metrics(const void *obj, FILE *fp, const void *names, int with_confusion)
+{
+    hsi_metrics_print(obj, fp, names, with_confusion);
+}
+
+static char *print_to_string(print_fn fn, const void *obj, const void *arg, int flag)
+{
+    char *s = NULL;
+    size_t n = 0;
+    FILE *fp = open_memstream(&s, &n);
+    if (!fp) return NULL;
+    fn(obj, fp, arg, flag);
+    fclose(fp);
+    return s;
+}
+
+/* mkdir -p */
+static hsi_status make_dirs(const char *dir)
+{
+    char *p = strdup(dir);
+    if (!p) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    for (char *q = p + 1; *q; q++) {
+        if (*q != '/') continue;
+        *q = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            hsi_status st = HSI_FAIL(HSI_ERR_IO, "%s: cannot create the folder %s: %s", dir, p,
+                                     strerror(errno));
+            free(p);
+            return st;
+        }
+        *q = '/';
+    }
+    free(p);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return HSI_FAIL(HSI_ERR_IO, "%s: cannot create the output directory: %s", dir,
+                        strerror(errno));
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return HSI_FAIL(HSI_ERR_IO, "%s: exists and is not a directory", dir);
+    return HSI_OK;
+}
+
+static const char *split_name(const hsi_train_config *c)
+{
+    return c->train_labels ? "explicit" : c->split == HSI_SPLIT_DISJOINT ? "disjoint" : "random";
+}
+
+static cJSON *config_json(const hsi_train_config *c, int n_features, int patch)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "cube", c->cube_path);
+    cJSON_AddStringToObject(o, "labels", c->labels_path ? c->labels_path : "");
+    cJSON_AddStringToObject(o, "model", c->model);
+    cJSON_AddNumberToObject(o, "features", n_features);
+    cJSON_AddNumberToObject(o, "patch", patch);
+    cJSON_AddStringToObject(o, "normalize", hsi_norm_mode_name(c->norm));
+    cJSON_AddNumberToObject(o, "pca", c->pca);
+    cJSON_AddNumberToObject(o, "pca_variance", c->pca_variance);
+    cJSON_AddBoolToObject(o, "whiten", c->whiten);
+    cJSON_AddStringToObject(o, "fit_on", c->fit_on_all ? "all" : "train");
+    cJSON_AddStringToObject(o, "split", split_name(c));
+    cJSON_AddNumberToObject(o, "train_fraction", c->train_fraction);
+    cJSON_AddNumberToObject(o, "per_class", (double)c->per_class);
+    cJSON_AddNumberToObject(o, "val_fraction", c->val_fraction);
+    cJSON_AddNumberToObject(o, "epochs", c->epochs);
+    cJSON_AddNumberToObject(o, "batch", c->batch);
+    cJSON_AddNumberToObject(o, "lr", c->lr);
+    cJSON_AddNumberToObject(o, "weight_decay", c->weight_decay);
+    cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+    cJSON_AddNumberToObject(o, "workers", c->workers);
+    cJSON_AddBoolToObject(o, "augment", c->augment);
+    return o;
+}
+
+/* ------------------------------------------------------------- the step */
+
+hsi_status hsi_train_step(hsi_module *net, hsi_optim *opt, hsi_graph *g, hsi_tensor *x,
+                          hsi_tensor *y, const hsi_ce_opts *ce, double *loss_out,
+                          hsi_tensor **logits_out, hsi_step_times *times)
+{
+    hsi_status st = HSI_OK;
+    hsi_tensor *logits = NULL, *loss = NULL;
+    (void)g;
+    double t0 = hsi_now();
+    hsi_optim_zero_grad(opt);
+    hsi_op_profile_mark(); /* op times start at the forward */
+    HSI_TRY(hsi_module_forward(&logits, net, g, x));
+    HSI_TRY(hsi_cross_entropy(&loss, g, logits, y, ce));
+    double t1 = hsi_now();
+    HSI_TRY(hsi_backward(loss, 0));
+    double t2 = hsi_now();
+    HSI_TRY(hsi_optim_step(opt));
+    double t3 = hsi_now();
+    if (times) {
+        times->forward += t1 - t0;
+        times->backward += t2 - t1;
+        times->optimizer += t3 - t2;
+    }
+    *loss_out = hsi_tensor_item(loss);
+    if (logits_out) *logits_out = logits;
+cleanup:
+    return st;
+}
+
+/* One epoch over the loader on the CPU; mean loss and accuracy. */
+static hsi_status train_epoch(hsi_trainer *t, double *loss_out, double *acc_out, int64_t *n_out)
+{
+    hsi_status st = HSI_OK;
+    const hsi_train_config *c = &t->c;
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    hsi_module_train(t->run.net, 1);
+    hsi_ce_opts ce;
+    hsi_ce_opts_default(&ce);
+    for (;;) {
+        hsi_batch *b = NULL;
+        HSI_TRY(hsi_loader_next(t->ld, &b));
+        if (!b) break;
+        int64_t shape[5];
+        int nd = hsi_model_input_shape(c->model, (int)b->n, t->run.n_features, c->patch, shape);
+        hsi_graph_reset(t->g);
+        hsi_tensor *x = NULL, *y = NULL, *logits = NULL;
+        int64_t yshape[1] = {b->n};
+        HSI_TRY(hsi_graph_tensor(&x, t->g, HSI_F32, nd, shape, 0));
+        HSI_TRY(hsi_graph_tensor(&y, t->g, HSI_I32, 1, yshape, 0));
+        memcpy(hsi_tensor_ptr(x), b->x, (size_t)hsi_tensor_count(x) * sizeof(float));
+        memcpy(hsi_tensor_ptr(y), b->y, (size_t)b->n * sizeof(int32_t));
+        double l = 0;
+        HSI_TRY(hsi_train_step(t->run.net, t->opt, t->g, x, y, &ce, &l, &logits, &t->pa));
+        if (!isfinite(l)) {
+            st = HSI_FAIL(HSI_ERR_NUMERIC,
+                          "training diverged: loss is %g at epoch %lld batch %lld (lower --lr?)", l,
+                          (long long)b->epoch, (long long)b->index);
+            goto cleanup;
+        }
+        loss_sum += l * (double)b->n;
+        const float *lp = hsi_tensor_ptr(logits);
+        const int32_t *yy = b->y;
+        int64_t K = logits->data.shape[1];
+        for (int64_t i = 0; i < b->n; i++) {
+            int64_t best = 0;
+            for (int64_t k = 1; k < K; k++)
+                if (lp[i * K + k] > lp[i * K + best]) best = k;
+            correct += best == yy[i];
+        }
+        seen += b->n;
+    }
+    *loss_out = seen ? loss_sum / (double)seen : 0;
+    *acc_out = seen ? (double)correct / (double)seen : 0;
+    *n_out = seen;
+cleanup:
+    return st;
+}
+
+/* One epoch on the GPU: the loader has already copied each batch to the
+ * device on its own stream; the step runs there with no host sync; the loss
+ * of the last step is read once per epoch. */
+static hsi_status train_epoch_cuda(hsi_trainer *t, double *loss_out, int64_t *n_out)
+{
+    hsi_status st = HSI_OK;
+    int64_t seen = 0;
+    double t0 = hsi_now();
+    hsi_dmodel_set_lr(t->dm, t->opt->cfg.lr);
+    for (;;) {
+        hsi_batch *b = NULL;
+        HSI_TRY(hsi_loader_next(t->ld, &b));
+        if (!b) break;
+        HSI_TRY(hsi_dmodel_train_step(t->dm, b->x_dev, b->y_dev, b->n));
+        seen += b->n;
+    }
+    HSI_TRY(hsi_dmodel_loss(t->dm, loss_out)); /* waits for the stream */
+    *n_out = seen;
+    t->pa.forward += hsi_now() - t0; /* forward+backward+update are not separated on the device */
+cleanup:
+    return st;
+}
+
+static hsi_status eval_role(hsi_trainer *t, hsi_metrics *m, int role)
+{
+    hsi_status st = HSI_OK;
+    const hsi_split *sp = &t->sp;
+    int64_t n = sp->n[role];
+    int32_t *pred = malloc((size_t)(n ? n : 1) * sizeof *pred);
+    if (!pred) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    HSI_TRY(hsi_run_classify(&t->run, pred, &t->pt, sp->idx[role], n, t->c.batch * 2, t->g));
+    HSI_TRY(hsi_metrics_compute(m, sp->cls[role], pred, n, sp->n_classes));
+cleanup:
+    free(pred);
+    return st;
+}
+
+/* ------------------------------------------------------------- create */
+
+static hsi_status check_config(hsi_train_config *c)
+{
+    if (!c->cube_path || !c->out_dir || !c->model || !c->device)
+        return HSI_FAIL(HSI_ERR_ARG, "training needs a cube, labels and an output directory");
+    if (!c->labels_path && !(c->train_labels && c->test_labels))
+        return HSI_FAIL(HSI_ERR_ARG, "training needs labels (or train and test label maps)");
+    if (!strcmp(c->model, "cnn1d")) c->patch = 1;
+    if (c->patch < 1 || c->patch % 2 == 0 || c->patch > HSI_PATCH_MAX)
+        return HSI_FAIL(HSI_ERR_ARG, "--patch must be odd and in 1..%d (got %d)", HSI_PATCH_MAX,
+                        c->patch);
+    if (c->epochs < 1 || c->batch < 1)
+        return HSI_FAIL(HSI_ERR_ARG, "--epochs and --batch must be >= 1");
+    if (strcasecmp(c->device, "cpu") && strcasecmp(c->device, "auto") &&
+        strcasecmp(c->device, "cuda"))
+        return HSI_FAIL(HSI_ERR_ARG, "--device expects cpu, cuda or auto (got '%s')", c->device);
+    if (!strcasecmp(c->device, "cuda")) {
+        if (c->resume)
+            return HSI_FAIL(HSI_ERR_UNSUPPORTED,
+                            "--resume with --device cuda: the optimiser state lives on the device "
+                            "and is not checkpointed yet; resume with --device cpu");
+        if (hsi_cuda_device_count() == 0) {
+            hsi_status st = hsi_cuda_require("--device cuda");
+            return st != HSI_OK ? st : HSI_FAIL(HSI_ERR_NO_CUDA, "--device cuda: no CUDA device");
+        }
+    }
+    return HSI_OK;
+}
+
+/* Read, split, class names and colours. */
+static hsi_status open_and_split(hsi_trainer *t)
+{
+    hsi_status st = HSI_OK;
+    hsi_train_config *c = &t->c;
+    hsi_train_profile *prof = &t->res.prof;
+    double tm = hsi_now();
+    HSI_TRY(hsi_cube_open(&t->cube, c->cube_path, &(hsi_open_options){c->cube_var, 0}));
+    const int64_t L = t->cube.view.shape[1], S = t->cube.view.shape[2];
+    if (c->train_labels) {
+        HSI_TRY(hsi_labels_open(&t->ltr, c->train_labels, c->labels_var));
+        HSI_TRY(hsi_labels_open(&t->lte, c->test_labels, c->labels_var));
+    } else {
+        HSI_TRY(hsi_labels_open(&t->lab, c->labels_path, c->labels_var));
+    }
+    const hsi_labels *lref = c->train_labels ? &t->ltr : &t->lab;
+    if (lref->map.shape[0] != L || lref->map.shape[1] != S ||
+        (c->train_labels && (t->lte.map.shape[0] != L || t->lte.map.shape[1] != S)))
+        return HSI_FAIL(HSI_ERR_ARG, "labels are %lld x %lld but the cube is %lld lines x %lld samples",
+                        (long long)lref->map.shape[0], (long long)lref->map.shape[1], (long long)L,
+                        (long long)S);
+    prof->read = hsi_now() - tm;
+
+    tm = hsi_now();
+    hsi_split_params spp;
+    hsi_split_params_init(&spp);
+    spp.mode = c->split;
+    spp.train_fraction = c->train_fraction;
+    spp.per_class = c->per_class;
+    spp.val_fraction = c->val_fraction;
+    spp.seed = c->seed;
+    /* a lone training block narrower than 4 radii is eaten by the guard band */
+    spp.block = c->block > 0 ? c->block : (4 * (c->patch / 2) + 4 > 16 ? 4 * (c->patch / 2) + 4 : 16);
+    spp.patch_radius = c->split == HSI_SPLIT_DISJOINT ? c->patch / 2 : 0;
+    if (c->train_labels) HSI_TRY(hsi_split_explicit(&t->sp, &t->ltr.map, &t->lte.map, &spp));
+    else HSI_TRY(hsi_split_make(&t->sp, &t->lab.map, &spp));
+    const hsi_split *sp = &t->sp;
+    const int K = sp->n_classes;
+    if (K < 2)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: only %d class is labelled; training needs at least 2",
+                        c->labels_path ? c->labels_path : c->train_labels, K);
+    if (sp->n[HSI_ROLE_TRAIN] == 0 || sp->n[HSI_ROLE_TEST] == 0)
+        return HSI_FAIL(HSI_ERR_ARG, "the split left %lld training and %lld test pixels",
+                        (long long)sp->n[HSI_ROLE_TRAIN], (long long)sp->n[HSI_ROLE_TEST]);
+    hsi_run *r = &t->run;
+    r->n_classes = K;
+    r->label_ids = malloc((size_t)K * sizeof *r->label_ids);
+    r->names = calloc((size_t)K, sizeof *r->names);
+    if (lref->colors) r->colors = malloc((size_t)K * 3);
+    if (!r->label_ids || !r->names || (lref->colors && !r->colors))
+        return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < K; k++) {
+        int64_t id = sp->class_ids[k];
+        r->label_ids[k] = id;
+        char buf[32];
+        snprintf(buf, sizeof buf, "class %lld", (long long)id);
+        r->names[k] = strdup(lref->names && id < lref->n_classes && lref->names[id] ? lref->names[id]
+                                                                                    : buf);
+        if (!r->names[k]) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        if (r->colors) {
+            if (id < lref->n_classes) memcpy(r->colors + 3 * k, lref->colors + 3 * id, 3);
+            else memset(r->colors + 3 * k, 128, 3);
+        }
+    }
+    info(t, "split (%s, seed %llu): %lld train, %lld validation, %lld test pixels in %d classes\n",
+         c->train_labels ? "explicit" : c->split == HSI_SPLIT_DISJOINT ? "spatially disjoint" : "random",
+         (unsigned long long)c->seed, (long long)sp->n[HSI_ROLE_TRAIN], (long long)sp->n[HSI_ROLE_VAL],
+         (long long)sp->n[HSI_ROLE_TEST], K);
+    char *table = print_to_string(print_split, sp, r->names, 0);
+    if (table) {
+        hsi_train_event ev = {.kind = HSI_TRAIN_EV_INFO};
+        if (emit(t, &ev, table, NULL)) t->stop = 1;
+        free(table);
+    }
+    char *path = hsi_run_path(c->out_dir, "split.json");
+    if (!path) return HSI_ERR_NOMEM;
+    st = hsi_split_save_json(sp, path, (const char *const *)r->names, 0);
+    free(path);
+    prof->split = hsi_now() - tm;
+cleanup:
+    return st;
+}
+
+/* Preprocessing fitted on the training pixels (or all, flagged leaky). */
+static hsi_status fit_preprocessing(hsi_trainer *t)
+{
+    hsi_status st = HSI_OK;
+    const hsi_train_config *c = &t->c;
+    const int64_t L = t->cube.view.shape[1], S = t->cube.view.shape[2];
+    double tm = hsi_now();
+    hsi_view mask;
+    int64_t mshape[2] = {L, S};
+    HSI_TRY(hsi_view_alloc(&mask, HSI_U8, 2, mshape, HSI_BUF_HOST));
+    for (int64_t i = 0; i < L * S; i++)
+        ((uint8_t *)mask.buf->data)[i] = c->fit_on_all ? 1 : t->sp.role[i] == HSI_ROLE_TRAIN;
+    hsi_prep_spec ps;
+    hsi_prep_spec_init(&ps);
+    ps.bands = c->bands_spec;
+    ps.wavelengths = c->wavelengths_spec;
+    ps.drop_bbl = !c->keep_bad_bands;
+    ps.norm = c->norm;
+    ps.pca = c->pca;
+    ps.pca_variance = c->pca > 0 ? 0 : c->pca_variance;
+    ps.whiten = c->whiten;
+    ps.progress = c->progress_bars;
+    st = hsi_prep_fit(&t->run.prep, &t->cube, &mask, &ps);
+    hsi_view_release(&mask);
+    if (st != HSI_OK) goto cleanup;
+    const hsi_prep *p = &t->run.prep;
+    HSI_TRY(hsi_prep_transform(&t->fc, p, &t->cube.view, c->progress_bars ? "preprocess" : NULL, 0, 0));
+    t->run.n_features = (int)t->fc.shape[0];
+    t->run.patch = c->patch;
+    t->run.pad = c->pad;
+    snprintf(t->run.model, sizeof t->run.model, "%s", c->model);
+    t->res.prof.preprocess = hsi_now() - tm;
+    if (p->has_pca) {
+        double ev = 0;
+        for (int64_t k = 0; k < p->pca.n_components; k++) ev += p->pca.explained_variance_ratio[k];
+        info(t, "preprocess: %lld bands -> %s -> PCA %lld components (%.2f %% of the variance), "
+                "fitted on %s pixels%s (%.2f s)\n",
+             (long long)p->norm.n_bands, hsi_norm_mode_name(c->norm), (long long)p->pca.n_components,
+             100 * ev, c->fit_on_all ? "ALL" : "training", c->fit_on_all ? " - leaky protocol" : "",
+             t->res.prof.preprocess);
+    } else {
+        info(t, "preprocess: %lld bands -> %s, no PCA (%.2f s)\n", (long long)p->norm.n_bands,
+             hsi_norm_mode_name(c->norm), t->res.prof.preprocess);
+    }
+cleanup:
+    return st;
+}
+
+/* Model, optimiser, schedule (or the checkpoint's), loader. */
+static hsi_status build_model(hsi_trainer *t)
+{
+    hsi_status st = HSI_OK;
+    const hsi_train_config *c = &t->c;
+    hsi_run *r = &t->run;
+    HSI_TRY(hsi_model_create(&r->net, c->model, r->n_features, c->patch, r->n_classes, HSI_F32, c->seed));
+    hsi_optim_config_default(&t->oc, HSI_OPT_ADAMW);
+    t->oc.lr = c->lr;
+    t->oc.weight_decay = c->weight_decay;
+    HSI_TRY(hsi_optim_new(&t->opt, &t->oc, r->net));
+    hsi_sched *sc = &t->sched;
+    hsi_sched_init(sc, c->schedule, c->lr);
+    sc->step_size = c->epochs > 3 ? c->epochs / 3 : 1;
+    sc->gamma = 0.1;
+    sc->warmup = c->epochs >= 10 ? 2 : 0;
+    sc->total = c->epochs;
+    sc->min_lr = c->lr * 0.01;
+    hsi_manual_seed(c->seed);
+    t->best_epoch = -1;
+    t->best_val = -1;
+    if (c->resume) {
+        char *cfgs = NULL;
+        int ep = 0;
+        st = hsi_train_load(t->p_state, r->net, t->opt, sc, &ep, &cfgs);
+        if (st != HSI_OK) {
+            free(cfgs);
+            hsi_fail_context(st, "--resume");
+            goto cleanup;
+        }
+        cJSON *rj = cfgs ? cJSON_Parse(cfgs) : NULL;
+        free(cfgs);
+        const cJSON *bv = cJSON_GetObjectItem(rj, "best_val"), *be = cJSON_GetObjectItem(rj, "best_epoch"),
+                    *sb = cJSON_GetObjectItem(rj, "since_best");
+        if (cJSON_IsNumber(bv) && cJSON_IsNumber(be) && cJSON_IsNumber(sb)) {
+            t->best_val = bv->valuedouble;
+            t->best_epoch = be->valueint;
+            t->since_best = sb->valueint;
+        }
+        cJSON_Delete(rj);
+        t->first_epoch = ep;
+        if (t->first_epoch >= c->epochs)
+            return HSI_FAIL(HSI_ERR_ARG, "--resume: %s already holds %d epochs; ask for more with "
+                                         "--epochs N (N > %d)",
+                            t->p_state, ep, ep);
+        info(t, "resuming after epoch %d from %s\n", ep, t->p_state);
+    } else {
+        hsi_sched_begin(sc, t->opt);
+    }
+    t->epoch = t->first_epoch;
+    info(t, "model %s: %lld parameters, input %d x %d x %d, %d classes; AdamW lr %g, batch %d\n",
+         c->model, (long long)hsi_module_param_count(r->net), r->n_features, c->patch, c->patch,
+         r->n_classes, c->lr, c->batch);
+    hsi_augment aug = {c->augment, c->augment, 0.0f};
+    HSI_TRY(hsi_patcher_init(&t->pt, &t->fc, c->patch, c->pad, &aug));
+    t->have_patcher = 1;
+    const hsi_split *sp = &t->sp;
+    t->ds = (hsi_patch_dataset){&t->pt, sp->idx[HSI_ROLE_TRAIN], sp->cls[HSI_ROLE_TRAIN], c->augment};
+    hsi_loader_params lp;
+    hsi_loader_params_init(&lp);
+    lp.n_samples = sp->n[HSI_ROLE_TRAIN];
+    lp.batch_size = c->batch;
+    lp.x_bytes = (size_t)hsi_patcher_sample_floats(&t->pt) * sizeof(float);
+    lp.y_bytes = sizeof(int32_t);
+    lp.n_workers = c->workers;
+    lp.prefetch = c->prefetch;
+    lp.shuffle = 1;
+    lp.drop_last = sp->n[HSI_ROLE_TRAIN] > c->batch;
+    lp.seed = c->seed;
+    lp.first_epoch = t->first_epoch;
+    lp.fill = hsi_patch_fill;
+    lp.ctx = &t->ds;
+    lp.device_copy = t->on_gpu;
+    HSI_TRY(hsi_loader_create(&t->ld, &lp));
+    if (t->on_gpu) {
+        int64_t ishape[5];
+        int nd = hsi_model_input_shape(c->model, 1, r->n_features, c->patch, ishape);
+        HSI_TRY(hsi_cuda_require("hsi train --device cuda"));
+        HSI_TRY(hsi_dmodel_create(&t->dm, r->net, nd - 1, ishape + 1, c->batch, &t->oc, c->seed));
+        info(t, "device: CUDA (batches copied on the loader's stream; validation on the host)\n");
+    }
+    HSI_TRY(hsi_graph_new(&t->g));
+    t->have_val = sp->n[HSI_ROLE_VAL] > 0;
+cleanup:
+    return st;
+}
+
+hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
+{
+    hsi_status st = HSI_OK;
+    *out = NULL;
+    hsi_trainer *t = calloc(1, sizeof *t);
+    if (!t) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    t->c = *cfg;
+    t->t_start = hsi_now();
+    hsi_cube_init(&t->cube);
+    hsi_labels_init(&t->lab);
+    hsi_labels_init(&t->ltr);
+    hsi_labels_init(&t->lte);
+    HSI_TRY(check_config(&t->c));
+    t->on_gpu = !strcasecmp(t->c.device, "cuda");
+    if (t->c.threads > 0) hsi_threads_set(t->c.threads);
+    HSI_TRY(make_dirs(t->c.out_dir));
+    if (!(t->p_state = hsi_run_path(t->c.out_dir, "train_state.safetensors")) ||
+        !(t->p_best = hsi_run_path(t->c.out_dir, "best.safetensors"))) {
+        st = HSI_ERR_NOMEM;
+        goto cleanup;
+    }
+    {
+        char *lp = hsi_run_path(t->c.out_dir, "train.log");
+        if (!lp) {
+            st = HSI_ERR_NOMEM;
+            goto cleanup;
+        }
+        t->log = fopen(lp, t->c.resume ? "a" : "w");
+        if (!t->log) st = HSI_FAIL(HSI_ERR_IO, "%s: cannot write: %s", lp, strerror(errno));
+        free(lp);
+        if (st != HSI_OK) goto cleanup;
+    }
+    HSI_TRY(open_and_split(t));
+    HSI_TRY(fit_preprocessing(t));
+    HSI_TRY(build_model(t));
+    t->t_train = hsi_now();
+    *out = t;
+    return HSI_OK;
+cleanup:
+    hsi_trainer_free(t);
+    return st;
+}
+
+/* ------------------------------------------------------------- epochs */
+
+hsi_status hsi_trainer_epoch(hsi_trainer *t, int *done)
+{
+    hsi_status st = HSI_OK;
+    const hsi_train_config *c = &t->c;
+    hsi_train_profile *prof = &t->res.prof;
+    *done = 0;
+    if (t->finished || t->stop || t->epoch >= c->epochs) {
+        *done = 1;
+        return HSI_OK;
+    }
+    const int epoch = t->epoch;
+    double te = hsi_now(), loss = 0, acc = 0;
+    int64_t n_seen = 0;
+    if (t->on_gpu) {
+        HSI_TRY(train_epoch_cuda(t, &loss, &n_seen));
+        HSI_TRY(hsi_dmodel_to_host(t->dm, t->run.net, 0)); /* validation and checkpoints on the host */
+        acc = NAN;
+    } else {
+        HSI_TRY(train_epoch(t, &loss, &acc, &n_seen));
+    }
+    t->samples_total += n_seen;
+    double dt = hsi_now() - te;
+    double val_oa = acc;
+    if (t->have_val) {
+        double tv = hsi_now();
+        hsi_metrics vm;
+        HSI_TRY(eval_role(t, &vm, HSI_ROLE_VAL));
+        val_oa = vm.oa;
+        hsi_metrics_free(&vm);
+        prof->validate += hsi_now() - tv;
+    }
+    double lr_now = t->opt->cfg.lr;
+    hsi_sched_epoch_end(&t->sched, t->opt, 1 - val_oa);
+    /* without validation pixels the last epoch is kept; ties keep the later
+     * epoch: tiny validation sets saturate early */
+    int improved = !t->have_val || val_oa >= t->best_val;
+    if (improved) {
+        t->best_val = val_oa;
+        t->best_epoch = epoch;
+        t->since_best = 0;
+        HSI_TRY(hsi_module_save(t->run.net, t->p_best, NULL, 0));
+    } else {
+        t->since_best++;
+    }
+    double el = hsi_now() - t->t_train;
+    double eta = el / (epoch - t->first_epoch + 1) * (c->epochs - epoch - 1);
+    char vbuf[32] = "", line[256];
+    if (t->have_val)
+        snprintf(vbuf, sizeof vbuf, "  val OA %5.1f%%%s", 100 * val_oa, improved ? "*" : " ");
+    double sps = dt > 0 ? (double)n_seen / dt : 0;
+    snprintf(line, sizeof line,
+             "epoch %3d/%d  loss %.4f  train acc %5.1f%%%s  lr %.2e  %6.0f samples/s  ETA %.0fs\n",
+             epoch + 1, c->epochs, loss, 100 * acc, vbuf, lr_now, sps, eta);
+    hsi_train_event ev = {.kind = HSI_TRAIN_EV_EPOCH,
+                          .epoch = epoch + 1,
+                          .epochs = c->epochs,
+                          .loss = loss,
+                          .train_acc = acc,
+                          .val_oa = t->have_val ? val_oa : NAN,
+                          .improved = improved,
+                          .lr = lr_now,
+                          .samples_per_s = sps,
+                          .eta_s = eta};
+    if (emit(t, &ev, line, NULL)) t->stop = 1;
+    if (!t->on_gpu) {
+        char rs[160];
+        snprintf(rs, sizeof rs, "{\"best_val\": %.17g, \"best_epoch\": %d, \"since_best\": %d}",
+                 t->best_val, t->best_epoch, t->since_best);
+        HSI_TRY(hsi_train_save(t->p_state, t->run.net, t->opt, &t->sched, epoch + 1, rs));
+    }
+    t->epoch = epoch + 1;
+    if (c->patience > 0 && t->have_val && t->since_best >= c->patience) {
+        info(t, "early stop: no validation improvement for %d epochs\n", c->patience);
+        t->stop = 1;
+    }
+    *done = t->stop || t->epoch >= c->epochs;
+cleanup:
+    return st;
+}
+
+/* ------------------------------------------------------------- finish */
+
+static hsi_status write_metrics(hsi_trainer *t, const hsi_metrics *mt, double train_time)
+{
+    const hsi_train_config *c = &t->c;
+    const hsi_split *sp = &t->sp;
+    hsi_train_profile *prof = &t->res.prof;
+    cJSON *mj = hsi_metrics_json(mt, (const char *const *)t->run.names, t->run.label_ids);
+    if (!mj) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    cJSON_AddStringToObject(mj, "split", split_name(c));
+    cJSON_AddStringToObject(mj, "fit_on", c->fit_on_all ? "all" : "train");
+    cJSON_AddBoolToObject(mj, "leaky_protocol", c->fit_on_all);
+    cJSON *counts = cJSON_AddObjectToObject(mj, "split_counts");
+    cJSON_AddNumberToObject(counts, "train", (double)sp->n[HSI_ROLE_TRAIN]);
+    cJSON_AddNumberToObject(counts, "val", (double)sp->n[HSI_ROLE_VAL]);
+    cJSON_AddNumberToObject(counts, "test", (double)sp->n[HSI_ROLE_TEST]);
+    cJSON_AddNumberToObject(mj, "best_epoch", t->best_epoch + 1);
+    cJSON_AddNumberToObject(mj, "best_val_oa", t->best_val);
+    cJSON_AddNumberToObject(mj, "epochs_run", t->res.epochs_run);
+    prof->total = hsi_now() - t->t_start;
+    cJSON *tj = cJSON_AddObjectToObject(mj, "timings_s");
+    cJSON_AddNumberToObject(tj, "read", prof->read);
+    cJSON_AddNumberToObject(tj, "split", prof->split);
+    cJSON_AddNumberToObject(tj, "preprocess", prof->preprocess);
+    cJSON_AddNumberToObject(tj, "train", train_time);
+    cJSON_AddNumberToObject(tj, "loader_wait", prof->loader_wait);
+    cJSON_AddNumberToObject(tj, "forward", prof->forward);
+    cJSON_AddNumberToObject(tj, "backward", prof->backward);
+    cJSON_AddNumberToObject(tj, "optimizer", prof->optimizer);
+    cJSON_AddNumberToObject(tj, "validate", prof->validate);
+    cJSON_AddNumberToObject(tj, "predict", prof->predict);
+    cJSON_AddNumberToObject(tj, "total", prof->total);
+    cJSON_AddNumberToObject(mj, "train_samples_per_s", t->res.train_samples_per_s);
+    char *pp = hsi_run_path(c->out_dir, "metrics.json");
+    hsi_status st = pp ? hsi_run_save_json(pp, mj) : HSI_ERR_NOMEM;
+    free(pp);
+    cJSON_Delete(mj);
+    return st;
+}
+
+hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
+{
+    hsi_status st = HSI_OK;
+    const hsi_train_config *c = &t->c;
+    hsi_train_profile *prof = &t->res.prof;
+    hsi_run *r = &t->run;
+    hsi_metrics mt;
+    int have_metrics = 0;
+    int32_t *map = NULL, *pred = NULL;
+    cJSON *training = NULL;
+    if (t->finished) return HSI_FAIL(HSI_ERR_STATE, "hsi_trainer_finish: already finished");
+    t->finished = 1;
+    const int64_t L = t->cube.view.shape[1], S = t->cube.view.shape[2];
+    const int K = r->n_classes;
+    t->res.epochs_run = t->epoch - t->first_epoch;
+    double train_time = hsi_now() - t->t_train - prof->validate;
+    hsi_loader_stats ls;
+    hsi_loader_get_stats(t->ld, &ls);
+    prof->loader_wait = ls.wait_s;
+    prof->forward = t->pa.forward;
+    prof->backward = t->pa.backward;
+    prof->optimizer = t->pa.optimizer;
+    prof->train_samples = t->samples_total;
+    prof->steps = ls.batches;
+    t->res.train_samples_per_s = train_time > 0 ? (double)t->samples_total / train_time : 0;
+    if (t->best_epoch >= 0) {
+        hsi_load_report rep;
+        HSI_TRY(hsi_module_load(r->net, t->p_best, 1, &rep));
+    }
+    t->res.best_epoch = t->best_epoch + 1;
+    t->res.best_val_oa = t->best_val;
+    info(t, "training: %.1f s, %.0f samples/s, loader wait %.2f s (%.1f %% of the step time); "
+            "best epoch %d\n",
+         train_time, t->res.train_samples_per_s, ls.wait_s,
+         100 * ls.wait_s / (t->pa.forward + t->pa.backward + t->pa.optimizer + ls.wait_s + 1e-12),
+         t->best_epoch + 1);
+
+    /* the whole-scene map; the test metrics are read off it (a pixel's
+     * prediction does not depend on the tile it was computed in) */
+    double tm = hsi_now();
+    map = malloc((size_t)(L * S) * sizeof *map);
+    int64_t nt = t->sp.n[HSI_ROLE_TEST];
+    pred = malloc((size_t)(nt ? nt : 1) * sizeof *pred);
+    if (!map || !pred) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    hsi_predict_opts po = {.batch = c->batch * 2, .features = &t->fc};
+    HSI_TRY(hsi_run_predict(r, map, &t->cube.view, &po));
+    for (int64_t i = 0; i < nt; i++) {
+        int32_t id = map[t->sp.idx[HSI_ROLE_TEST][i]];
+        pred[i] = 0;
+        for (int k = 0; k < K; k++)
+            if (r->label_ids[k] == id) pred[i] = k;
+    }
+    HSI_TRY(hsi_metrics_compute(&mt, t->sp.cls[HSI_ROLE_TEST], pred, nt, K));
+    have_metrics = 1;
+    t->res.oa = mt.oa;
+    t->res.aa = mt.aa;
+    t->res.kappa = mt.kappa;
+    t->res.n_train = t->sp.n[HSI_ROLE_TRAIN];
+    t->res.n_val = t->sp.n[HSI_ROLE_VAL];
+    t->res.n_test = nt;
+    {
+        char *table = print_to_string(print_metrics, &mt, r->names, 0);
+        char *full = print_to_string(print_metrics, &mt, r->names, 1);
+        hsi_train_event ev = {.kind = HSI_TRAIN_EV_DONE};
+        if (table && full) emit(t, &ev, table, full);
+        free(table);
+        free(full);
+    }
+    prof->predict += hsi_now() - tm;
+
+    /* files */
+    tm = hsi_now();
+    static const char *const maps[] = {"map.hdr", "map.png", "map.tif"};
+    double gt6[6];
+    int n_maps = hsi_meta_geotransform(&t->cube.meta, gt6) ? 3 : 2;
+    for (int i = 0; i < n_maps; i++) {
+        char *pp = hsi_run_path(c->out_dir, maps[i]);
+        if (!pp) {
+            st = HSI_ERR_NOMEM;
+            goto cleanup;
+        }
+        st = hsi_run_write_map(r, pp, map, L, S, &t->cube.meta);
+        free(pp);
+        if (st != HSI_OK) goto cleanup;
+    }
+    training = config_json(c, r->n_features, c->patch);
+    HSI_TRY(hsi_run_save(r, c->out_dir, &t->sp, &t->cube.meta, training));
+    prof->write = hsi_now() - tm;
+    HSI_TRY(write_metrics(t, &mt, train_time));
+    remove(t->p_best);
+    if (res) *res = t->res;
+cleanup:
+    cJSON_Delete(training);
+    if (have_metrics) hsi_metrics_free(&mt);
+    free(map);
+    free(pred);
+    return st;
+}
+
+const hsi_split *hsi_trainer_split(const hsi_trainer *t) { return &t->sp; }
+const hsi_run *hsi_trainer_run(const hsi_trainer *t) { return &t->run; }
+
+void hsi_trainer_free(hsi_trainer *t)
+{
+    if (!t) return;
+    hsi_graph_free(t->g);
+    hsi_loader_destroy(t->ld);
+    hsi_dmodel_free(t->dm);
+    hsi_optim_free(t->opt);
+    if (t->have_patcher) hsi_patcher_free(&t->pt);
+    hsi_view_release(&t->fc);
+    hsi_run_free(&t->run);
+    hsi_split_free(&t->sp);
+    hsi_labels_free(&t->lab);
+    hsi_labels_free(&t->ltr);
+    hsi_labels_free(&t->lte);
+    hsi_cube_free(&t->cube);
+    if (t->log) fclose(t->log);
+    free(t->p_state);
+    free(t->p_best);
+    free(t);
+}
+
+hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
+{
+    hsi_status st = HSI_OK;
+    hsi_trainer *t = NULL;
+    if (res) memset(res, 0, sizeof *res);
+    HSI_TRY(hsi_trainer_create(&t, cfg));
+    for (int done = 0; !done;) HSI_TRY(hsi_trainer_epoch(t, &done));
+    HSI_TRY(hsi_trainer_finish(t, res));
+cleanup:
+    hsi_trainer_free(t);
+    return st;
+}
