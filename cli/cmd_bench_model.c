@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline/trainer.h"
 #include "models/layers.h"
 #include "models/optim.h"
 
@@ -84,24 +85,16 @@ static int bench_model(int argc, char **argv)
         if (s == warmup) hsi_mem_get(&m0);
         if (s == warmup && ops) hsi_op_profile(1);
         double t0 = hsi_now();
-        hsi_tensor *logits = NULL, *loss = NULL;
+        hsi_step_times st_t = {0, 0, 0};
         hsi_graph_reset(g);
-        hsi_optim_zero_grad(o);
-        hsi_op_profile_mark(); /* op times start at the forward */
-        HSI_TRY(hsi_module_forward(&logits, m, g, x));
-        HSI_TRY(hsi_cross_entropy(&loss, g, logits, y, NULL));
-        double t1 = hsi_now();
-        HSI_TRY(hsi_backward(loss, 0));
-        double t2 = hsi_now();
-        HSI_TRY(hsi_optim_step(o));
+        HSI_TRY(hsi_train_step(m, o, g, x, y, NULL, &loss_v, NULL, &st_t));
         double t3 = hsi_now();
         if (s >= warmup) {
             t_train += t3 - t0;
-            t_fwd += t1 - t0;
-            t_bwd += t2 - t1;
-            t_opt += t3 - t2;
+            t_fwd += st_t.forward;
+            t_bwd += st_t.backward;
+            t_opt += st_t.optimizer;
         }
-        loss_v = hsi_tensor_item(loss);
     }
     hsi_mem_get(&m1);
     if (ops) {

@@ -430,7 +430,12 @@ static hsi_status load_safetensors(hsi_prep *out, const char *path)
     hsi_st_file *f = NULL;
     int64_t ncb = 0, l2 = 0, hig = 0, has_pca = 0, whiten = 0, nsamp = 0;
     memset(out, 0, sizeof *out);
-    HSI_TRY(hsi_safetensors_open(&f, path));
+    st = hsi_safetensors_open(&f, path);
+    if (st != HSI_OK) {
+        hsi_fail_context(st, "expected an hsi preprocessing model (safetensors) or an older hsi's "
+                             "binary PCA model");
+        goto cleanup;
+    }
     const char *fmt = hsi_safetensors_meta(f, "format"), *ver = hsi_safetensors_meta(f, "version"),
                *mode = hsi_safetensors_meta(f, "normalize");
     if (!fmt || strcmp(fmt, PREP_FORMAT) != 0) {

@@ -129,7 +129,7 @@ int main(int argc, char **argv)
     const char *order[MAX_SUITES];
     for (int s = 0; s < n_suites; s++) order[s] = suites[s].name;
     qsort(order, (size_t)n_suites, sizeof *order, cmp_suite);
-    int inactive_shared = 0, inactive_cuda = 0;
+    int inactive_shared = 0, inactive_cuda = 0, inactive_numpy = 0, have_numpy = -1;
     for (int o = 0; o < n_suites; o++) {
         int s = 0;
         while (strcmp(suites[s].name, order[o]) != 0) s++;
@@ -148,7 +148,18 @@ int main(int argc, char **argv)
             CU_set_suite_active(cs, CU_FALSE);
             inactive_cuda++;
         }
+        if (suites[s].flags & HSI_SUITE_NEEDS_NUMPY) {
+            if (have_numpy < 0)
+                have_numpy = system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
+            if (!have_numpy) {
+                CU_set_suite_active(cs, CU_FALSE);
+                inactive_numpy++;
+            }
+        }
     }
+    if (inactive_numpy)
+        printf("skipped: %d suite(s) need numpy under /usr/bin/python3 (python3-numpy)\n",
+               inactive_numpy);
     if (inactive_shared)
         printf("skipped: %d suite(s) need ../shared/data, which is absent\n", inactive_shared);
     if (inactive_cuda)

@@ -18,7 +18,8 @@ typedef struct hsi_test_case {
 
 enum {
     HSI_SUITE_NEEDS_SHARED = 1, /* inactive when ../shared/data is absent */
-    HSI_SUITE_NEEDS_CUDA = 2    /* inactive when no CUDA device is present */
+    HSI_SUITE_NEEDS_CUDA = 2,   /* inactive when no CUDA device is present */
+    HSI_SUITE_NEEDS_NUMPY = 4   /* inactive when /usr/bin/python3 cannot import numpy */
 };
 
 void hsi_test_register(const char *name, const hsi_test_case *cases, int flags);
@@ -65,8 +66,11 @@ const char *hsi_test_tmp(const char *name);
         }                                                                      \
     } while (0)
 
-/* The hsi binary the suite runs (make test builds it first). */
+/* The hsi binary the suite runs (make test builds it first; the Makefile
+ * passes the build's own, so `make san` runs the sanitized one). */
+#ifndef HSI_BIN
 #define HSI_BIN "./build/hsi"
+#endif
 /* Runs a shell command (printf format), captures stdout+stderr into out
  * (NUL-terminated, cut at n - 1 bytes) and returns its exit status (-1 when
  * it could not run or was killed). */
