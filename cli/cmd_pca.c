@@ -71,13 +71,7 @@ static int fit(int argc, char **argv)
     hsi_cube_init(&c);
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
-    hsi_prep_spec ps;
-    kcli_prep_spec(&ps, &ko, mode);
-    ps.pca = k;
-    ps.pca_variance = frac;
-    ps.whiten = whiten;
-    HSI_TRY(kcli_check_pca(&c, &ko, k, "-k"));
-    HSI_TRY(hsi_prep_fit(&p, &c, mk.open ? &mk.view : NULL, &ps));
+    HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "-k"));
     HSI_TRY(hsi_prep_save(&p, model));
     const hsi_pca *pca = &p.pca;
     printf("# %s: PCA of %lld bands (normalize %s%s) on %lld pixels -> %s\n", in,

@@ -91,13 +91,7 @@ static int run_preprocess(int argc, char **argv)
     double t0 = hsi_now();
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
-    hsi_prep_spec ps;
-    kcli_prep_spec(&ps, &ko, mode);
-    ps.pca = k;
-    ps.pca_variance = frac;
-    ps.whiten = whiten;
-    HSI_TRY(kcli_check_pca(&c, &ko, k, "--pca"));
-    HSI_TRY(hsi_prep_fit(&p, &c, mk.open ? &mk.view : NULL, &ps));
+    HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "--pca"));
     char what[256];
     snprintf(what, sizeof what, "hsi preprocess: %lld bands, normalize %s%s%s", (long long)p.norm.n_bands,
              hsi_norm_mode_name(mode), p.has_pca ? ", pca" : "", p.has_pca && whiten ? " (whitened)" : "");

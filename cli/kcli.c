@@ -52,26 +52,27 @@ int kcli_parse_interleave(const char *cmd, const char *s, hsi_interleave *out)
     return 1;
 }
 
-void kcli_prep_spec(hsi_prep_spec *s, const kcli_opts *o, hsi_norm_mode mode)
-{
-    hsi_prep_spec_init(s);
-    s->bands = o->bands;
-    s->wavelengths = o->wavelengths;
-    s->drop_bbl = o->drop_bbl;
-    s->norm = mode;
-    s->tile_lines = o->tile_lines;
-    s->n_threads = (int)o->threads;
-    s->progress = 1;
-}
-
-hsi_status kcli_check_pca(const hsi_cube *c, const kcli_opts *o, long long k, const char *opt)
+hsi_status kcli_fit(hsi_prep *p, const hsi_cube *c, const kcli_mask *mk, const kcli_opts *o,
+                    hsi_norm_mode mode, long long k, double frac, int whiten, const char *k_opt)
 {
     int64_t *sel = NULL, ns = 0;
     hsi_status st = hsi_prep_select_bands(&sel, &ns, &c->meta, o->bands, o->wavelengths, o->drop_bbl);
     free(sel);
-    if (st == HSI_OK && k > ns)
-        st = HSI_FAIL(HSI_ERR_ARG, "%s %lld: only %lld bands are selected", opt, k, (long long)ns);
-    return st;
+    if (st != HSI_OK) return st;
+    if (k > ns) return HSI_FAIL(HSI_ERR_ARG, "%s %lld: only %lld bands are selected", k_opt, k, (long long)ns);
+    hsi_prep_spec s;
+    hsi_prep_spec_init(&s);
+    s.bands = o->bands;
+    s.wavelengths = o->wavelengths;
+    s.drop_bbl = o->drop_bbl;
+    s.norm = mode;
+    s.pca = k;
+    s.pca_variance = frac;
+    s.whiten = whiten;
+    s.tile_lines = o->tile_lines;
+    s.n_threads = (int)o->threads;
+    s.progress = 1;
+    return hsi_prep_fit(p, c, mk && mk->open ? &mk->view : NULL, &s);
 }
 
 int kcli_opt(const char *cmd, int argc, char **argv, int *i, kcli_opts *o, unsigned which)

@@ -40,10 +40,10 @@ int kcli_opt(const char *cmd, int argc, char **argv, int *i, kcli_opts *o, unsig
 /* Parses --interleave bsq|bil|bip. */
 int kcli_parse_interleave(const char *cmd, const char *s, hsi_interleave *out);
 
-/* A preprocessing spec from the shared options (no PCA; progress on). */
-void kcli_prep_spec(hsi_prep_spec *s, const kcli_opts *o, hsi_norm_mode mode);
-
-/* An error when k components are asked of fewer selected bands. */
-hsi_status kcli_check_pca(const hsi_cube *c, const kcli_opts *o, long long k, const char *opt);
+/* Fits the preprocessing from the shared options on the mask's pixels (mk
+ * may be closed: every pixel): k components (or frac of the variance; 0 and
+ * 0 = no PCA); an error naming k_opt when k exceeds the selected bands. */
+hsi_status kcli_fit(hsi_prep *p, const hsi_cube *c, const kcli_mask *mk, const kcli_opts *o,
+                    hsi_norm_mode mode, long long k, double frac, int whiten, const char *k_opt);
 
 #endif
