@@ -9,7 +9,9 @@ NPROC     := $(shell nproc 2>/dev/null || echo 2)
 BUILD     ?= build
 PREFIX    ?= /usr/local
 CC        ?= cc
-OPT       ?= -O3 -march=native
+# Any x86-64 with AVX2 and FMA (x86-64-v3); OPT=-march=native for this CPU
+# only. The hand-written AVX2 kernels also check the CPU at run time.
+OPT       ?= -O3 -march=x86-64-v3
 PKGS      := openblas lapacke gdal matio libxml-2.0 zlib libcjson
 TEST_PKGS := cunit
 
@@ -37,21 +39,28 @@ CLI_C    := $(sort $(wildcard cli/*.c))
 TEST_C   := $(sort $(wildcard tests/*.c))
 FUZZ_C   := $(sort $(wildcard tests/fuzz/*.c))
 
+# CUDA lives in a plugin, $(BUILD)/libhsi_cuda.so (every *.cu), that libhsi
+# dlopens on the first device request (core/cuda_runtime.c): libhsi, hsi and
+# hsi_tests are the same with or without nvcc and link no CUDA library. The
+# plugin leaves libhsi's core functions undefined: programs that link
+# libhsi.a export them (-rdynamic); libhsi.so provides them itself.
+LDLIBS  += -ldl
 ifneq ($(NVCC),)
-  override CFLAGS += -DHSI_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-  NVFLAGS := -O3 -std=c++17 -Xcompiler -fPIC -DHSI_HAVE_CUDA=1 -I. \
+  NVFLAGS := -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden -I. \
              -gencode arch=compute_$(CUDA_ARCH:sm_%=%),code=$(CUDA_ARCH) \
              -gencode arch=compute_$(CUDA_ARCH:sm_%=%),code=compute_$(CUDA_ARCH:sm_%=%) \
              -MMD -MP
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+  CU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++ -lpthread
   CU_OBJ  := $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
-  CUDA_MSG := CUDA $(CUDA_ARCH) via $(NVCC)
+  CU_PLUGIN := $(BUILD)/libhsi_cuda.so
+  CUDA_MSG := CUDA $(CUDA_ARCH) via $(NVCC), as the plugin $(CU_PLUGIN)
 else
   CU_OBJ  :=
-  CUDA_MSG := CPU only (no nvcc, or CUDA=0)
+  CU_PLUGIN :=
+  CUDA_MSG := CPU only (no nvcc, or CUDA=0): no CUDA plugin
 endif
 
-LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/%.o) $(CU_OBJ)
+LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_C:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_C:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libhsi.a
@@ -62,9 +71,9 @@ SOLIB    := $(BUILD)/libhsi.so.$(SOVER)
 BIN      := $(BUILD)/hsi
 TESTBIN  := $(BUILD)/hsi_tests
 
-.PHONY: all deps test test-cuda san fuzz demo bench install clean fixtures banner format
+.PHONY: all deps test test-cuda san fuzz demo bench install install-check clean fixtures banner format
 
-all: banner $(LIB) $(SOLIB) $(BIN)
+all: banner $(LIB) $(SOLIB) $(BIN) $(CU_PLUGIN)
 
 banner:
 	@echo "hsi build: $(CUDA_MSG); libraries: $(if $(PKG_LIBS),found ($(PKGS)),MISSING - run scripts/install-deps.sh)"
@@ -86,11 +95,25 @@ $(SOLIB): $(LIB_OBJ)
 	ln -sf $(notdir $@) $(BUILD)/libhsi.so.$(SOMAJOR)
 	ln -sf $(notdir $@) $(BUILD)/libhsi.so
 
+# The CUDA plugin: hidden visibility (calls inside bind to its own
+# functions, not to libhsi's forwarders of the same names), one exported
+# entry point; libhsi's core symbols stay undefined (taken from the host
+# process, see core/cuda_host.c), so no --no-undefined and no libhsi here.
+$(BUILD)/libhsi_cuda.so: $(CU_OBJ)
+	$(CC) -shared -Wl,-soname,libhsi_cuda.so -Wl,-Bsymbolic -o $@ $^ $(CU_LIBS)
+	@missing=$$(nm -D --undefined-only $@ | awk '$$2 ~ /^hsi_/ {print $$2}' | \
+	    while read -r s; do grep -qw "$$s" core/cuda_host.c || echo "$$s"; done); \
+	if [ -n "$$missing" ]; then rm -f $@; \
+	    echo "libhsi_cuda.so needs libhsi symbols not kept by core/cuda_host.c:" $$missing; exit 1; fi
+
 $(BIN): $(CLI_OBJ) $(LIB)
-	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) -rdynamic -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+# the tests run this build's own hsi (make san: the sanitized one)
+$(TEST_OBJ): override CFLAGS += -DHSI_BIN='"./$(BIN)"'
 
 $(TESTBIN): $(TEST_OBJ) $(LIB)
-	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(TEST_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -rdynamic -o $@ $(TEST_OBJ) $(LIB) $(TEST_LIBS) $(LDLIBS)
 
 deps:
 	@bash scripts/install-deps.sh
@@ -99,17 +122,19 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(TESTBIN)
 	./$(TESTBIN) $(TESTS)
+	$(if $(TESTS),,@bash scripts/install-check.sh)
 
 # CUDA suites only; fails when no device is present.
 test-cuda: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(TESTBIN)
 	./$(TESTBIN) --require-cuda cuda
 
-# Address + undefined-behaviour sanitizers over the whole suite (CPU build).
+# Address + undefined-behaviour sanitizers over the whole suite (CPU build),
+# the hsi the CLI and training suites run included (build-san/hsi).
 san: deps
-	@$(MAKE) --no-print-directory BUILD=build-san CUDA=0 OPT="-O1 -fno-omit-frame-pointer" \
+	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-san CUDA=0 OPT="-O1 -fno-omit-frame-pointer" \
 	    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	    build-san/hsi_tests
+	    build-san/hsi build-san/hsi_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./build-san/hsi_tests $(TESTS)
 
 # libFuzzer on every parser: each tests/fuzz/fuzz_*.c is one target.
@@ -138,14 +163,38 @@ fixtures:
 	@set -e; for f in tests/fixtures/make_*.py tests/malformed/make_*.py; do \
 	  echo "/usr/bin/python3 $$f"; /usr/bin/python3 $$f; done
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/hsi \
-	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+# Public headers: every header of the library's folders but the private
+# ones below; installed in their folders, plus hsi/hsi.h that includes all.
+PRIVATE_H := core/cuda_plugin.h kernels/cuda_internal.h kernels/kern_internal.h \
+             pipeline/run_internal.h models/ops_kern.h models/tensor_impl.h
+PUBLIC_H  := $(filter-out $(PRIVATE_H),$(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.h))))
+INC       := $(DESTDIR)$(PREFIX)/include/hsi
+
+$(BUILD)/hsi.h: Makefile
+	@mkdir -p $(dir $@)
+	@{ echo "/* hsi.h — every public header of libhsi (generated by make install). */"; \
+	   echo "#ifndef HSI_HSI_H"; echo "#define HSI_HSI_H"; \
+	   for h in $(PUBLIC_H); do echo "#include \"$$h\""; done; echo "#endif"; } > $@
+
+install: all $(BUILD)/hsi.h
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin \
+	    $(foreach d,$(LIB_DIRS),$(INC)/$(d))
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SOLIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(notdir $(SOLIB)) $(DESTDIR)$(PREFIX)/lib/libhsi.so.$(SOMAJOR)
+	ln -sf $(notdir $(SOLIB)) $(DESTDIR)$(PREFIX)/lib/libhsi.so
+	$(if $(CU_PLUGIN),install -m 755 $(CU_PLUGIN) $(DESTDIR)$(PREFIX)/lib/)
 	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.h)) $(DESTDIR)$(PREFIX)/include/hsi/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(LDLIBS)|' -e 's|@REQ@|$(PKGS)|' hsi.pc.in \
-	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hsi.pc
+	for h in $(PUBLIC_H); do install -m 644 $$h $(INC)/$$h || exit 1; done
+	install -m 644 $(BUILD)/hsi.h $(INC)/hsi.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(LDLIBS)|' -e 's|@REQ@|$(PKGS)|' \
+	    -e 's|@VERSION@|$(SOVER)|' hsi.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hsi.pc
+
+# Installs into a temporary prefix and builds and runs the README's C
+# examples against it with plain pkg-config (shared library), and once
+# statically.
+install-check: all
+	@bash scripts/install-check.sh
 
 format:
 	clang-format -i $(LIB_C) $(CLI_C) $(TEST_C) $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.h))

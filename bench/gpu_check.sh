@@ -39,7 +39,10 @@ if [ "${HSI_GPU_CHECK_MODE:-}" != carried ] && [ -n "$NVCC" ] && pkg-config --ex
     LDLIBS=$(make -s --no-print-directory --eval 'print-ldlibs: ; @echo $(LDLIBS)' print-ldlibs)
     CFLAGS=$(make -s --no-print-directory --eval 'print-cflags: ; @echo $(CFLAGS)' print-cflags |
              sed 's/-MMD -MP//')
-    [ $rc_build -eq 0 ] && { cc $CFLAGS bench/gpu_bench.c build/libhsi.a $LDLIBS -o build/gpu_bench \
+    CUDA_HOME=$(make -s --no-print-directory --eval 'print-cudahome: ; @echo $(CUDA_HOME)' print-cudahome)
+    # beside build/libhsi_cuda.so (libhsi finds the plugin there); gpu_bench also calls cudart
+    [ $rc_build -eq 0 ] && { cc $CFLAGS -I"$CUDA_HOME/include" -rdynamic bench/gpu_bench.c build/libhsi.a \
+        $LDLIBS -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -o build/gpu_bench \
         >> "$O/build.log" 2>&1 || rc_build=$?; }
     TESTS=(./build/hsi_tests --require-cuda cuda)
     BENCH=./build/gpu_bench
@@ -63,7 +66,7 @@ else
     fi
     export LD_LIBRARY_PATH="$PWD/build/gpu/run/lib${CUDALIB:+:$CUDALIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-    if ldd build/gpu/run/gpu_tests | grep "not found"; then rc_build=1; fi
+    if ldd build/gpu/run/gpu_tests build/gpu/run/libhsi_cuda.so | grep "not found"; then rc_build=1; fi
     TESTS=(./build/gpu/run/gpu_tests --require-cuda cuda)
     BENCH=./build/gpu/run/gpu_bench
 fi

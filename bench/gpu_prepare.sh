@@ -15,17 +15,22 @@ G=build/gpu
 R=$G/run
 command -v nvcc >/dev/null || test -x /usr/local/cuda/bin/nvcc ||
     { echo "gpu_prepare: no nvcc here: a CUDA build is needed" >&2; exit 1; }
-make --no-print-directory -s BUILD=$G OPT="-O2" -j2 $G/libhsi.a
+make --no-print-directory -s BUILD=$G OPT="-O2" -j2 $G/libhsi.a $G/libhsi_cuda.so
+CUDA_HOME=$(make -s --no-print-directory BUILD=$G --eval 'print-cudahome: ; @echo $(CUDA_HOME)' print-cudahome)
 LDLIBS=$(make -s --no-print-directory BUILD=$G --eval 'print-ldlibs: ; @echo $(LDLIBS)' print-ldlibs)
 CFLAGS=$(make -s --no-print-directory BUILD=$G OPT="-O2" --eval 'print-cflags: ; @echo $(CFLAGS)' print-cflags |
          sed 's/-MMD -MP//')
-case "$CFLAGS" in *HSI_HAVE_CUDA*) ;; *) echo "gpu_prepare: the build has no CUDA" >&2; exit 1 ;; esac
+test -f $G/libhsi_cuda.so || { echo "gpu_prepare: the build has no CUDA plugin" >&2; exit 1; }
 rm -rf "$R" && mkdir -p "$R/lib"
-cc $CFLAGS tests/runner.c tests/test_cuda.c tests/test_pipeline_loader.c $G/libhsi.a \
+# CUDA is the plugin beside the programs (found there by libhsi); they
+# export libhsi's symbols to it (-rdynamic). gpu_bench also calls cudart.
+cp $G/libhsi_cuda.so $R/
+cc $CFLAGS -rdynamic tests/runner.c tests/test_cuda.c tests/test_pipeline_loader.c $G/libhsi.a \
     -Wl,--as-needed -lcunit $LDLIBS -o $R/gpu_tests
-cc $CFLAGS bench/gpu_bench.c $G/libhsi.a -Wl,--as-needed $LDLIBS -o $R/gpu_bench
+cc $CFLAGS -I"$CUDA_HOME/include" -rdynamic bench/gpu_bench.c $G/libhsi.a -Wl,--as-needed $LDLIBS \
+    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -o $R/gpu_bench
 # libraries: everything but the C runtime and CUDA's own (the GPU image has both)
-for bin in $R/gpu_tests $R/gpu_bench; do
+for bin in $R/gpu_tests $R/gpu_bench $R/libhsi_cuda.so; do
     ldd $bin | awk '$3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r soname path; do
     case "$soname" in

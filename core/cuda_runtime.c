@@ -1,80 +1,183 @@
-/* cuda_runtime.c — the CUDA runtime behind pinned and device buffers. Compiled
- * in every build; without HSI_HAVE_CUDA the entry points say CUDA is absent.
- * Kernels are elsewhere (*.cu); this file only allocates and frees. */
-#include "core/core.h"
+/* cuda_runtime.c — libhsi's side of the CUDA plugin: finds and dlopens
+ * libhsi_cuda.so once, on the first device request, and hands out its
+ * function table (core/cuda_plugin.h); pinned/device buffers and the device
+ * count forward through it. The same in every build: nothing here includes
+ * or links CUDA, and a program that never asks for a device loads nothing.
+ * Not the CUDA code itself (core/cuda_plugin.cu and the *.cu files). */
+#define _GNU_SOURCE
+#include "core/cuda_plugin.h"
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 hsi_status hsi_cuda_alloc_buffer(hsi_buffer *b, size_t size, hsi_buf_kind kind);
+/* core/cuda_host.c: what the plugin takes from libhsi */
+extern void *const hsi_cuda_host_symbols[];
 
-#ifdef HSI_HAVE_CUDA
-#include <cuda_runtime_api.h>
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static const hsi_cuda_plugin *g_table; /* set once by load_plugin */
+static int g_state;                     /* 0 not tried, 1 loaded, -1 failed */
+static char g_why[3072];                /* why it could not be loaded */
 
-static int64_t g_cuda_live[2];
+/* The directory of the object that holds this code: libhsi.so's, or the
+ * executable's for a static link. Also promotes a dlopen'ed libhsi.so to
+ * global scope, so that the plugin's references to libhsi's core
+ * functions resolve to this copy. "" when unknown. */
+static void home_dir(char *dir, size_t n)
+{
+    Dl_info info;
+    struct link_map *lm = NULL;
+    char path[PATH_MAX] = "";
+    dir[0] = 0;
+    if (dladdr1((void *)hsi_cuda_plugin_get, &info, (void **)&lm, RTLD_DL_LINKMAP) && lm &&
+        lm->l_name && lm->l_name[0]) {
+        snprintf(path, sizeof path, "%s", lm->l_name);
+        void *self = dlopen(lm->l_name, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+        (void)self; /* one more reference, kept for the life of the process */
+    } else {
+        ssize_t k = readlink("/proc/self/exe", path, sizeof path - 1);
+        if (k <= 0) return;
+        path[k] = 0;
+    }
+    char *slash = strrchr(path, '/');
+    if (!slash) return;
+    *slash = 0;
+    snprintf(dir, n, "%s", path[0] ? path : "/");
+}
 
-int hsi_cuda_built(void) { return 1; }
+/* Entry point + ABI check of a loaded plugin; 1 on success, else 0 with
+ * g_why set. */
+static int use_plugin(void *h, const char *path, const char *how)
+{
+    hsi_cuda_plugin_entry_fn entry;
+    *(void **)&entry = dlsym(h, HSI_CUDA_PLUGIN_ENTRY);
+    if (!entry) {
+        snprintf(g_why, sizeof g_why, "the CUDA plugin %s (%s) has no entry point: %s", path,
+                 how, dlerror());
+        return 0;
+    }
+    const hsi_cuda_plugin *t = entry();
+    if (!t || t->abi != HSI_CUDA_PLUGIN_ABI || t->size < sizeof *t) {
+        snprintf(g_why, sizeof g_why,
+                 "the CUDA plugin %s (%s) has ABI %u with a %u-byte table; this libhsi expects "
+                 "ABI %d with %zu bytes (rebuild the plugin with this libhsi)",
+                 path, how, t ? t->abi : 0u, t ? t->size : 0u, HSI_CUDA_PLUGIN_ABI, sizeof *t);
+        return 0; /* not dlclosed: its constructors registered kernels with cudart */
+    }
+    g_table = t;
+    return 1;
+}
+
+/* RTLD_NOW: a symbol the plugin lacks is reported here, by name, rather
+ * than at its first call. */
+static int open_plugin(const char *path, const char *how)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(g_why, sizeof g_why, "cannot load the CUDA plugin %s (%s): %s", path, how,
+                 dlerror());
+        return 0;
+    }
+    return use_plugin(h, path, how);
+}
+
+/* Search order: $HSI_CUDA_PLUGIN (only that file), then beside the object
+ * holding libhsi, then that directory's ../lib, then dlopen's own search
+ * path (LD_LIBRARY_PATH, runpath, ld.so.cache). A candidate that exists but
+ * fails to load ends the search with its own dlerror. 1 when loaded. */
+static int find_and_open(void)
+{
+    /* keeps core/cuda_host.c (and the functions it names) in static links */
+    if (!hsi_cuda_host_symbols[0]) return 0;
+    const char *env = getenv("HSI_CUDA_PLUGIN");
+    char dir[PATH_MAX], cand[2][PATH_MAX + 32];
+    if (env && env[0]) return open_plugin(env, "from HSI_CUDA_PLUGIN");
+    home_dir(dir, sizeof dir);
+    int n_cand = 0;
+    if (dir[0]) {
+        snprintf(cand[n_cand++], sizeof cand[0], "%s/%s", dir, HSI_CUDA_PLUGIN_FILE);
+        snprintf(cand[n_cand++], sizeof cand[0], "%s/../lib/%s", dir, HSI_CUDA_PLUGIN_FILE);
+    }
+    for (int i = 0; i < n_cand; i++)
+        if (access(cand[i], F_OK) == 0)
+            return open_plugin(cand[i], i == 0 ? "beside libhsi" : "in ../lib");
+    void *h = dlopen(HSI_CUDA_PLUGIN_FILE, RTLD_NOW | RTLD_LOCAL);
+    if (h) return use_plugin(h, HSI_CUDA_PLUGIN_FILE, "on the library search path");
+    snprintf(g_why, sizeof g_why,
+             "no CUDA plugin: %s is not in %s, nor in its ../lib, nor on the library search "
+             "path (dlopen: %s); this hsi was built without CUDA, or the plugin was not "
+             "installed beside it",
+             HSI_CUDA_PLUGIN_FILE, dir[0] ? dir : "libhsi's directory", dlerror());
+    return 0;
+}
+
+static void load_plugin(void)
+{
+    int ok = find_and_open();
+    __atomic_store_n(&g_state, ok ? 1 : -1, __ATOMIC_RELEASE);
+}
+
+const hsi_cuda_plugin *hsi_cuda_plugin_get(void)
+{
+    pthread_once(&g_once, load_plugin);
+    if (!g_table) hsi_fail(HSI_ERR_NO_CUDA, "%s", g_why);
+    return g_table;
+}
+
+int hsi_cuda_plugin_loaded(void) { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == 1; }
+
+hsi_status hsi_cuda_plugin_require(const hsi_cuda_plugin **out, const char *what)
+{
+    const hsi_cuda_plugin *t = hsi_cuda_plugin_get();
+    *out = NULL;
+    if (!what) what = "CUDA";
+    if (!t) return hsi_fail_context(HSI_ERR_NO_CUDA, "%s", what);
+    hsi_status st = t->require(what);
+    if (st == HSI_OK) *out = t;
+    return st;
+}
+
+/* 1 when the plugin is loaded, or (before the first device request) when a
+ * plugin file is where it would be looked for: `hsi --help` says "CUDA"
+ * without loading the runtime. Falls back to loading it only when it could
+ * only be on dlopen's search path. Whether a device is there is
+ * hsi_cuda_device_count's question. */
+int hsi_cuda_built(void)
+{
+    if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != 0) return g_table != NULL;
+    const char *env = getenv("HSI_CUDA_PLUGIN");
+    if (env && env[0]) return access(env, R_OK) == 0;
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    home_dir(dir, sizeof dir);
+    if (dir[0]) {
+        snprintf(path, sizeof path, "%s/%s", dir, HSI_CUDA_PLUGIN_FILE);
+        if (access(path, R_OK) == 0) return 1;
+        snprintf(path, sizeof path, "%s/../lib/%s", dir, HSI_CUDA_PLUGIN_FILE);
+        if (access(path, R_OK) == 0) return 1;
+    }
+    pthread_once(&g_once, load_plugin);
+    return g_table != NULL;
+}
 
 int hsi_cuda_device_count(void)
 {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError(); /* clear the sticky "no device" error */
-        return 0;
-    }
-    return n;
+    pthread_once(&g_once, load_plugin);
+    return g_table ? g_table->device_count(NULL) : 0;
 }
 
-static void release_pinned(hsi_buffer *b)
-{
-    if (b->data) cudaFreeHost(b->data);
-    __atomic_sub_fetch(&g_cuda_live[0], (int64_t)b->size, __ATOMIC_RELAXED);
-}
-
-static void release_device(hsi_buffer *b)
-{
-    if (b->data) cudaFree(b->data);
-    __atomic_sub_fetch(&g_cuda_live[1], (int64_t)b->size, __ATOMIC_RELAXED);
-}
-
+/* Called by hsi_buffer_alloc for HSI_BUF_PINNED and HSI_BUF_DEVICE. */
 hsi_status hsi_cuda_alloc_buffer(hsi_buffer *b, size_t size, hsi_buf_kind kind)
 {
-    if (hsi_cuda_device_count() == 0)
-        return HSI_FAIL(HSI_ERR_NO_CUDA, "cannot allocate %s memory: no CUDA device is present",
-                        kind == HSI_BUF_PINNED ? "pinned" : "device");
-    cudaError_t e;
-    void *p = NULL;
-    size_t n = size ? size : 1;
-    if (kind == HSI_BUF_PINNED) {
-        e = cudaHostAlloc(&p, n, cudaHostAllocPortable);
-        if (e == cudaSuccess) memset(p, 0, n);
-        b->release = release_pinned;
-    } else {
-        e = cudaMalloc(&p, n);
-        int dev = 0;
-        cudaGetDevice(&dev);
-        b->device = dev;
-        b->release = release_device;
-    }
-    if (e != cudaSuccess)
-        return HSI_FAIL(HSI_ERR_CUDA, "cannot allocate %zu bytes of %s memory: %s", size,
-                        kind == HSI_BUF_PINNED ? "pinned" : "device", cudaGetErrorString(e));
-    b->data = p;
-    __atomic_add_fetch(&g_cuda_live[kind == HSI_BUF_PINNED ? 0 : 1], (int64_t)size,
-                       __ATOMIC_RELAXED);
-    return HSI_OK;
+    const hsi_cuda_plugin *t;
+    hsi_status st = hsi_cuda_plugin_require(
+        &t, kind == HSI_BUF_PINNED ? "cannot allocate pinned memory"
+                                   : "cannot allocate device memory");
+    if (st != HSI_OK) return st;
+    return t->alloc_buffer(b, size, kind);
 }
-
-#else
-
-int hsi_cuda_built(void) { return 0; }
-int hsi_cuda_device_count(void) { return 0; }
-
-hsi_status hsi_cuda_alloc_buffer(hsi_buffer *b, size_t size, hsi_buf_kind kind)
-{
-    (void)b;
-    (void)size;
-    return HSI_FAIL(HSI_ERR_NO_CUDA, "cannot allocate %s memory: this hsi was built without CUDA",
-                    kind == HSI_BUF_PINNED ? "pinned" : "device");
-}
-
-#endif

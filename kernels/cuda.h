@@ -2,8 +2,11 @@
  * caching device allocator (no cudaMalloc in a steady-state step), host <->
  * device view copies, and the GPU versions of the per-band statistics and
  * the fused select -> normalise -> project pass. Every entry point is
- * callable in every build: without CUDA, or without a device, it returns
- * HSI_ERR_NO_CUDA with a message (nothing here touches CUDA at load time).
+ * callable in every build: libhsi forwards it to the CUDA plugin
+ * (libhsi_cuda.so, loaded on the first call; see core/cuda_runtime.c for
+ * where it is looked for, HSI_CUDA_PLUGIN first). Without the plugin, or
+ * without a device, it returns HSI_ERR_NO_CUDA with a message that says
+ * why (the plugin file and dlerror's text, or the CUDA runtime's error).
  * Not the model ops (models/layers_cuda.h) or patch extraction
  * (pipeline/patches_cuda.h). */
 #ifndef HSI_KERNELS_CUDA_H

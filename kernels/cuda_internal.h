@@ -2,6 +2,7 @@
  * C sources): CUDA/cuBLAS error checks that set hsi's thread-local message,
  * the per-thread cuBLAS handle, grid sizing, and the device loader of raw
  * cube elements (any real dtype, either byte order, aligned or not).
+ * Everything that includes it is built into the plugin, libhsi_cuda.so.
  * Not a public header: the API is kernels/cuda.h, models/layers_cuda.h,
  * pipeline/patches_cuda.h. */
 #ifndef HSI_CUDA_INTERNAL_H
@@ -42,6 +43,10 @@
         hsi_status s_ = (expr);                                                                    \
         if (s_ != HSI_OK) return s_;                                                               \
     } while (0)
+
+/* Devices the runtime reports; 0 with *why = cudaGetErrorString of the
+ * failure (NULL when it simply reports none). core/cuda_plugin.cu. */
+int hsi_cu_device_count(const char **why);
 
 static inline cudaStream_t hsi_cu_stream(void) { return (cudaStream_t)hsi_cuda_stream(); }
 

@@ -1,7 +1,8 @@
 /* cuda_mem.cu — device presence, per-thread streams and cuBLAS handles, the
  * caching device allocator and host <-> device view copies (kernels/cuda.h).
  * Not a kernel: nothing here launches device code. Nothing runs at load
- * time: the device is looked up on the first call. */
+ * time: the device is looked up on the first call. Part of the plugin
+ * (libhsi_cuda.so). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,30 +11,26 @@
 
 /* ------------------------------------------------------ device, streams */
 
-static int g_have_device = -1; /* -1 unknown, 0 no, 1 yes */
+static int g_have_device = -1;      /* -1 unknown, 0 no, 1 yes */
+static const char *g_no_device_why; /* cudaGetErrorString of the probe, or NULL */
 static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
 
-static void probe_device(void) { g_have_device = hsi_cuda_device_count() > 0; }
+static void probe_device(void) { g_have_device = hsi_cu_device_count(&g_no_device_why) > 0; }
 
 extern "C" hsi_status hsi_cuda_require(const char *what)
 {
     pthread_once(&g_probe_once, probe_device);
     if (g_have_device) return HSI_OK;
-    return hsi_fail(HSI_ERR_NO_CUDA, "%s: CUDA was asked for, but no CUDA device is present",
+    if (g_no_device_why)
+        return hsi_fail(HSI_ERR_NO_CUDA, "%s: CUDA was asked for, but the CUDA runtime says: %s",
+                        what ? what : "CUDA", g_no_device_why);
+    return hsi_fail(HSI_ERR_NO_CUDA, "%s: CUDA was asked for, but the CUDA runtime reports no device",
                     what ? what : "CUDA");
 }
 
-static __thread void *t_stream = NULL;
+/* This thread's stream lives in libhsi (kernels/cuda_stub.c): setting it
+ * loads nothing; hsi_cuda_stream() is resolved from there. */
 static __thread cublasHandle_t t_cublas = NULL;
-
-extern "C" void *hsi_cuda_set_stream(void *stream)
-{
-    void *prev = t_stream;
-    t_stream = stream;
-    return prev;
-}
-
-extern "C" void *hsi_cuda_stream(void) { return t_stream; }
 
 extern "C" hsi_status hsi_cuda_sync(void)
 {

@@ -1,19 +1,28 @@
-/* cuda_stub.c — the kernels/cuda.h entry points in a build without CUDA
- * (no nvcc, or CUDA=0): each says so with HSI_ERR_NO_CUDA. In a CUDA build
- * this file is empty and the .cu files define them. Not a fallback: no
- * entry point computes anything on the CPU. */
+/* cuda_stub.c — the kernels/cuda.h entry points in libhsi: forwarding stubs
+ * that load the CUDA plugin on first use (core/cuda_runtime.c) and call
+ * through its table; when it cannot be loaded they return HSI_ERR_NO_CUDA
+ * saying which file and why. This thread's stream is kept here, so setting
+ * it loads nothing. The same in every build. Not a fallback: nothing here
+ * computes on the CPU. */
 #include "kernels/cuda.h"
 
 #include <string.h>
 
-#ifndef HSI_HAVE_CUDA
+#include "core/cuda_plugin.h"
 
-static hsi_status no_cuda(const char *what)
+/* The table, or NULL with HSI_ERR_NO_CUDA "<what>: <why not>" set. */
+static const hsi_cuda_plugin *plugin(const char *what)
 {
-    return hsi_fail(HSI_ERR_NO_CUDA, "%s: this hsi was built without CUDA", what);
+    const hsi_cuda_plugin *t = hsi_cuda_plugin_get();
+    if (!t) hsi_fail_context(HSI_ERR_NO_CUDA, "%s", what);
+    return t;
 }
 
-hsi_status hsi_cuda_require(const char *what) { return no_cuda(what ? what : "CUDA"); }
+hsi_status hsi_cuda_require(const char *what)
+{
+    const hsi_cuda_plugin *t;
+    return hsi_cuda_plugin_require(&t, what);
+}
 
 static __thread void *t_stream;
 void *hsi_cuda_set_stream(void *stream)
@@ -23,67 +32,97 @@ void *hsi_cuda_set_stream(void *stream)
     return prev;
 }
 void *hsi_cuda_stream(void) { return t_stream; }
-hsi_status hsi_cuda_sync(void) { return no_cuda("synchronise"); }
+
+hsi_status hsi_cuda_sync(void)
+{
+    const hsi_cuda_plugin *t = plugin("synchronise");
+    return t ? t->sync() : HSI_ERR_NO_CUDA;
+}
 
 hsi_status hsi_cuda_malloc(void **out, size_t size)
 {
-    (void)size;
     *out = NULL;
-    return no_cuda("device allocation");
+    const hsi_cuda_plugin *t = plugin("device allocation");
+    return t ? t->malloc(out, size) : HSI_ERR_NO_CUDA;
 }
-void hsi_cuda_free(void *p) { HSI_ASSERT(p == NULL); }
+
+void hsi_cuda_free(void *p)
+{
+    if (!p) return;
+    const hsi_cuda_plugin *t = hsi_cuda_plugin_get();
+    HSI_ASSERT(t != NULL); /* p came from hsi_cuda_malloc, so the plugin is loaded */
+    t->free(p);
+}
+
 hsi_status hsi_cuda_buffer(hsi_buffer **out, size_t size)
 {
-    (void)size;
     *out = NULL;
-    return no_cuda("device buffer");
+    const hsi_cuda_plugin *t = plugin("device buffer");
+    return t ? t->buffer(out, size) : HSI_ERR_NO_CUDA;
 }
-void hsi_cuda_cache_trim(void) {}
-void hsi_cuda_mem_get(hsi_cuda_mem_stats *s) { memset(s, 0, sizeof *s); }
+
+/* Loaded plugin or nothing: trimming or reading the statistics of a cache
+ * that was never used does not load CUDA. */
+static const hsi_cuda_plugin *plugin_if_used(void)
+{
+    return hsi_cuda_plugin_loaded() ? hsi_cuda_plugin_get() : NULL;
+}
+
+void hsi_cuda_cache_trim(void)
+{
+    const hsi_cuda_plugin *t = plugin_if_used();
+    if (t) t->cache_trim();
+}
+
+void hsi_cuda_mem_get(hsi_cuda_mem_stats *s)
+{
+    const hsi_cuda_plugin *t = plugin_if_used();
+    if (t) t->mem_get(s);
+    else memset(s, 0, sizeof *s);
+}
 
 hsi_status hsi_cuda_view_to_device(hsi_view *out, const hsi_view *in, hsi_dtype dtype)
 {
-    (void)in, (void)dtype;
     memset(out, 0, sizeof *out);
-    return no_cuda("view to device");
+    const hsi_cuda_plugin *t = plugin("view to device");
+    return t ? t->view_to_device(out, in, dtype) : HSI_ERR_NO_CUDA;
 }
+
 hsi_status hsi_cuda_view_to_host(hsi_view *out, const hsi_view *in)
 {
-    (void)in;
     memset(out, 0, sizeof *out);
-    return no_cuda("view to host");
+    const hsi_cuda_plugin *t = plugin("view to host");
+    return t ? t->view_to_host(out, in) : HSI_ERR_NO_CUDA;
 }
+
 hsi_status hsi_cuda_upload(void *dev, const void *host, size_t n)
 {
-    (void)dev, (void)host, (void)n;
-    return no_cuda("host-to-device copy");
+    const hsi_cuda_plugin *t = plugin("host-to-device copy");
+    return t ? t->upload(dev, host, n) : HSI_ERR_NO_CUDA;
 }
+
 hsi_status hsi_cuda_download(void *host, const void *dev, size_t n)
 {
-    (void)dev, (void)host, (void)n;
-    return no_cuda("device-to-host copy");
+    const hsi_cuda_plugin *t = plugin("device-to-host copy");
+    return t ? t->download(host, dev, n) : HSI_ERR_NO_CUDA;
 }
 
 hsi_status hsi_cuda_memset(void *dev, int value, size_t n)
 {
-    (void)dev, (void)value, (void)n;
-    return no_cuda("device memset");
+    const hsi_cuda_plugin *t = plugin("device memset");
+    return t ? t->memset(dev, value, n) : HSI_ERR_NO_CUDA;
 }
 
 hsi_status hsi_stats_compute_cuda(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts)
 {
-    (void)cube, (void)opts;
     memset(out, 0, sizeof *out);
-    return no_cuda("stats");
+    const hsi_cuda_plugin *t = plugin("stats");
+    return t ? t->stats_compute(out, cube, opts) : HSI_ERR_NO_CUDA;
 }
 
 hsi_status hsi_fused_run_cuda(float *out, int out_on_device, const hsi_view *cube,
                               const hsi_norm *norm, const hsi_pca *pca, const hsi_fused_opts *opts)
 {
-    (void)out, (void)out_on_device, (void)cube, (void)norm, (void)pca, (void)opts;
-    return no_cuda("fused pass");
+    const hsi_cuda_plugin *t = plugin("fused pass");
+    return t ? t->fused_run(out, out_on_device, cube, norm, pca, opts) : HSI_ERR_NO_CUDA;
 }
-
-#else
-typedef int hsi_cuda_stub_unused; /* the .cu files define the API */
-#endif

@@ -1,124 +1,123 @@
-/* layers_cuda_stub.c — the models/layers_cuda.h entry points in a build
- * without CUDA: each returns HSI_ERR_NO_CUDA. In a CUDA build this file is
- * empty (layers_cuda.cu and ops_cuda.cu define them). Not a CPU fallback. */
+/* layers_cuda_stub.c — the models/layers_cuda.h entry points in libhsi:
+ * forwarding stubs into the CUDA plugin (loaded on first use, see
+ * core/cuda_runtime.c). When it cannot be loaded each returns
+ * HSI_ERR_NO_CUDA naming the op, the plugin file and dlerror's reason. The
+ * same in every build. Not a CPU fallback. */
 #include "models/layers_cuda.h"
 
-#ifndef HSI_HAVE_CUDA
+#include "core/cuda_plugin.h"
 
-#define NO_CUDA(what) hsi_fail(HSI_ERR_NO_CUDA, "%s: this hsi was built without CUDA", what)
+/* Evaluates to the table, or returns HSI_ERR_NO_CUDA "<what>: <why not>". */
+#define PLUGIN(t, what)                                                                            \
+    const hsi_cuda_plugin *t = hsi_cuda_plugin_get();                                              \
+    if (!t) return hsi_fail_context(HSI_ERR_NO_CUDA, "%s", (what))
 
 size_t hsi_conv_workspace_bytes_cuda(const hsi_conv_dims *d)
 {
-    (void)d;
-    return 0;
+    const hsi_cuda_plugin *t = hsi_cuda_plugin_get();
+    return t ? t->conv_workspace_bytes(d) : 0;
 }
 hsi_status hsi_conv_forward_cuda(float *y, const float *x, const float *w, const float *b,
                                  const hsi_conv_dims *d, void *ws)
 {
-    (void)y, (void)x, (void)w, (void)b, (void)d, (void)ws;
-    return NO_CUDA("conv forward");
+    PLUGIN(t, "conv forward");
+    return t->conv_forward(y, x, w, b, d, ws);
 }
 hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, const float *dy,
                                   const float *x, const float *w, const hsi_conv_dims *d, void *ws)
 {
-    (void)dx, (void)dw, (void)db, (void)dy, (void)x, (void)w, (void)d, (void)ws;
-    return NO_CUDA("conv backward");
+    PLUGIN(t, "conv backward");
+    return t->conv_backward(dx, dw, db, dy, x, w, d, ws);
 }
 hsi_status hsi_pool_forward_cuda(float *y, int32_t *argmax, const float *x, const hsi_pool_dims *d)
 {
-    (void)y, (void)argmax, (void)x, (void)d;
-    return NO_CUDA("pool forward");
+    PLUGIN(t, "pool forward");
+    return t->pool_forward(y, argmax, x, d);
 }
 hsi_status hsi_pool_backward_cuda(float *dx, const float *dy, const int32_t *argmax,
                                   const hsi_pool_dims *d)
 {
-    (void)dx, (void)dy, (void)argmax, (void)d;
-    return NO_CUDA("pool backward");
+    PLUGIN(t, "pool backward");
+    return t->pool_backward(dx, dy, argmax, d);
 }
 hsi_status hsi_gap_forward_cuda(float *y, const float *x, int n, int c, int64_t s)
 {
-    (void)y, (void)x, (void)n, (void)c, (void)s;
-    return NO_CUDA("global average pool");
+    PLUGIN(t, "global average pool");
+    return t->gap_forward(y, x, n, c, s);
 }
 hsi_status hsi_gap_backward_cuda(float *dx, const float *dy, int n, int c, int64_t s)
 {
-    (void)dx, (void)dy, (void)n, (void)c, (void)s;
-    return NO_CUDA("global average pool");
+    PLUGIN(t, "global average pool");
+    return t->gap_backward(dx, dy, n, c, s);
 }
 hsi_status hsi_bn_forward_cuda(float *y, float *save_mean, float *save_invstd, float *running_mean,
                                float *running_var, const float *x, const float *gamma,
                                const float *beta, int n, int c, int64_t s, float eps,
                                float momentum, int training)
 {
-    (void)y, (void)save_mean, (void)save_invstd, (void)running_mean, (void)running_var, (void)x;
-    (void)gamma, (void)beta, (void)n, (void)c, (void)s, (void)eps, (void)momentum, (void)training;
-    return NO_CUDA("batch norm forward");
+    PLUGIN(t, "batch norm forward");
+    return t->bn_forward(y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta, n,
+                         c, s, eps, momentum, training);
 }
 hsi_status hsi_bn_backward_cuda(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *gamma, const float *save_mean,
                                 const float *save_invstd, int n, int c, int64_t s, int training)
 {
-    (void)dx, (void)dgamma, (void)dbeta, (void)dy, (void)x, (void)gamma, (void)save_mean;
-    (void)save_invstd, (void)n, (void)c, (void)s, (void)training;
-    return NO_CUDA("batch norm backward");
+    PLUGIN(t, "batch norm backward");
+    return t->bn_backward(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, n, c, s,
+                          training);
 }
 hsi_status hsi_relu_forward_cuda(float *y, const float *x, int64_t n)
 {
-    (void)y, (void)x, (void)n;
-    return NO_CUDA("relu");
+    PLUGIN(t, "relu");
+    return t->relu_forward(y, x, n);
 }
 hsi_status hsi_relu_backward_cuda(float *dx, const float *dy, const float *y, int64_t n)
 {
-    (void)dx, (void)dy, (void)y, (void)n;
-    return NO_CUDA("relu");
+    PLUGIN(t, "relu");
+    return t->relu_backward(dx, dy, y, n);
 }
 hsi_status hsi_linear_forward_cuda(float *y, const float *x, const float *w, const float *b, int n,
                                    int in, int out)
 {
-    (void)y, (void)x, (void)w, (void)b, (void)n, (void)in, (void)out;
-    return NO_CUDA("linear forward");
+    PLUGIN(t, "linear forward");
+    return t->linear_forward(y, x, w, b, n, in, out);
 }
 hsi_status hsi_linear_backward_cuda(float *dx, float *dw, float *db, const float *dy,
                                     const float *x, const float *w, int n, int in, int out)
 {
-    (void)dx, (void)dw, (void)db, (void)dy, (void)x, (void)w, (void)n, (void)in, (void)out;
-    return NO_CUDA("linear backward");
+    PLUGIN(t, "linear backward");
+    return t->linear_backward(dx, dw, db, dy, x, w, n, in, out);
 }
 hsi_status hsi_dropout_forward_cuda(float *y, float *mask, const float *x, int64_t n, double p,
                                     uint64_t seed)
 {
-    (void)y, (void)mask, (void)x, (void)n, (void)p, (void)seed;
-    return NO_CUDA("dropout");
+    PLUGIN(t, "dropout");
+    return t->dropout_forward(y, mask, x, n, p, seed);
 }
 hsi_status hsi_dropout_backward_cuda(float *dx, const float *dy, const float *mask, int64_t n)
 {
-    (void)dx, (void)dy, (void)mask, (void)n;
-    return NO_CUDA("dropout");
+    PLUGIN(t, "dropout");
+    return t->dropout_backward(dx, dy, mask, n);
 }
 hsi_status hsi_cross_entropy_forward_cuda(float *loss, float *wsum, float *p, const float *z,
                                           const int32_t *target, const float *weight, int64_t n,
                                           int64_t c, double eps, int64_t ignore_index)
 {
-    (void)loss, (void)wsum, (void)p, (void)z, (void)target, (void)weight, (void)n, (void)c;
-    (void)eps, (void)ignore_index;
-    return NO_CUDA("cross-entropy forward");
+    PLUGIN(t, "cross-entropy forward");
+    return t->cross_entropy_forward(loss, wsum, p, z, target, weight, n, c, eps, ignore_index);
 }
 hsi_status hsi_cross_entropy_backward_cuda(float *dz, const float *dloss, const float *wsum,
                                            const float *p, const int32_t *target,
                                            const float *weight, int64_t n, int64_t c, double eps,
                                            int64_t ignore_index)
 {
-    (void)dz, (void)dloss, (void)wsum, (void)p, (void)target, (void)weight, (void)n, (void)c;
-    (void)eps, (void)ignore_index;
-    return NO_CUDA("cross-entropy backward");
+    PLUGIN(t, "cross-entropy backward");
+    return t->cross_entropy_backward(dz, dloss, wsum, p, target, weight, n, c, eps, ignore_index);
 }
 hsi_status hsi_adam_step_cuda(float *p, const float *g, float *m, float *v, int64_t n,
                               const hsi_optim_config *cfg, int64_t step)
 {
-    (void)p, (void)g, (void)m, (void)v, (void)n, (void)cfg, (void)step;
-    return NO_CUDA("Adam step");
+    PLUGIN(t, "Adam step");
+    return t->adam_step(p, g, m, v, n, cfg, step);
 }
-
-#else
-typedef int hsi_layers_cuda_stub_unused; /* the .cu files define the API */
-#endif

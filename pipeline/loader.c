@@ -2,19 +2,18 @@
  * t = 0, 1, 2... mapped to (epoch, batch) and to slot t % n_slots; workers
  * take the next ticket when its slot has been handed back, the consumer
  * takes tickets in order. Batch contents depend only on (seed, epoch,
- * index), never on the worker that filled them. In a CUDA build the
- * workers also issue each batch's host-to-device copy on a copy stream. */
+ * index), never on the worker that filled them. With device_copy the
+ * workers also issue each batch's host-to-device copy on a copy stream,
+ * through the CUDA plugin's table (core/cuda_plugin.h): nothing here links
+ * CUDA. */
 #include "loader.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cuda_plugin.h"
 #include "core/prng.h"
-
-#ifdef HSI_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 void hsi_loader_params_init(hsi_loader_params *p)
 {
@@ -45,10 +44,8 @@ typedef struct loader_slot {
     char err[512];
     int64_t *samples; /* batch_size */
     hsi_batch b;
-#ifdef HSI_HAVE_CUDA
-    cudaEvent_t copied, released;
+    void *copied, *released; /* cudaEvent_t, device_copy only */
     int copy_pending, release_recorded;
-#endif
 } loader_slot;
 
 typedef struct perm_entry {
@@ -80,9 +77,8 @@ struct hsi_loader {
     hsi_loader_stats stats;
     double t0;
     int device; /* CUDA device of the copies */
-#ifdef HSI_HAVE_CUDA
-    cudaStream_t copy_stream;
-#endif
+    const hsi_cuda_plugin *cu; /* device_copy only */
+    void *copy_stream;         /* cudaStream_t */
 };
 
 /* Sample indices of ticket t into s (under the mutex). */
@@ -120,36 +116,30 @@ static hsi_status prepare_slot(hsi_loader *L, loader_slot *s, int64_t t)
 static hsi_status fill_slot(hsi_loader *L, loader_slot *s, double *dt)
 {
     hsi_status st = HSI_OK;
-#ifdef HSI_HAVE_CUDA
-    cudaError_t e = cudaSuccess;
+    const hsi_cuda_plugin *cu = L->cu;
     if (s->dev && s->copy_pending) {
         /* the previous copy out of this host buffer must be done */
-        e = cudaEventSynchronize(s->copied);
+        st = cu->event_sync(s->copied);
         s->copy_pending = 0;
-        if (e != cudaSuccess)
-            return HSI_FAIL(HSI_ERR_CUDA, "loader: waiting for a host-to-device copy: %s",
-                            cudaGetErrorString(e));
+        if (st != HSI_OK) return hsi_fail_context(st, "loader: previous copy of slot %d", s->b.slot);
     }
-#endif
     double t0 = hsi_now();
     st = L->p.fill(L->p.ctx, &s->b);
     *dt = hsi_now() - t0;
     if (st != HSI_OK) return st;
-#ifdef HSI_HAVE_CUDA
     if (s->dev) {
         /* the consumer's work on the previous batch of this device buffer
          * must be done: wait for its release event on the copy stream */
-        if (s->release_recorded) e = cudaStreamWaitEvent(L->copy_stream, s->released, 0);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(s->dev->data, s->host->data, L->x_cap + L->y_cap,
-                                cudaMemcpyHostToDevice, L->copy_stream);
-        if (e == cudaSuccess) e = cudaEventRecord(s->copied, L->copy_stream);
-        if (e != cudaSuccess)
-            return HSI_FAIL(HSI_ERR_CUDA, "loader: host-to-device copy of batch %lld: %s",
-                            (long long)s->b.index, cudaGetErrorString(e));
+        if (s->release_recorded) st = cu->stream_wait_event(L->copy_stream, s->released);
+        if (st == HSI_OK)
+            st = cu->memcpy_async(s->dev->data, s->host->data, L->x_cap + L->y_cap, 0,
+                                  L->copy_stream);
+        if (st == HSI_OK) st = cu->event_record(s->copied, L->copy_stream);
+        if (st != HSI_OK)
+            return hsi_fail_context(st, "loader: host-to-device copy of batch %lld",
+                                    (long long)s->b.index);
         s->copy_pending = 1;
     }
-#endif
     return HSI_OK;
 }
 
@@ -164,9 +154,7 @@ static void finish_slot(hsi_loader *L, loader_slot *s, hsi_status st, double dt)
 static void *worker_main(void *arg)
 {
     hsi_loader *L = arg;
-#ifdef HSI_HAVE_CUDA
-    if (L->slots[0].dev) cudaSetDevice(L->device);
-#endif
+    if (L->cu) L->cu->set_device(L->device); /* a failure shows in this worker's first copy */
     pthread_mutex_lock(&L->mu);
     for (;;) {
         while (!L->stop && L->next_ticket >= L->released + L->n_slots)
@@ -217,14 +205,18 @@ hsi_status hsi_loader_create(hsi_loader **out, const hsi_loader_params *p)
         !hsi_mul_ok(p->batch_size, (int64_t)p->y_bytes, &yb) || xb > ((int64_t)1 << 40))
         return HSI_FAIL(HSI_ERR_OVERFLOW, "loader: batch of %lld x %zu bytes is too large",
                         (long long)p->batch_size, p->x_bytes);
-    int ndev = hsi_cuda_device_count();
-    if (p->device_copy && ndev == 0)
-        return HSI_FAIL(HSI_ERR_NO_CUDA, "loader: device_copy asked, but %s",
-                        hsi_cuda_built() ? "no CUDA device is present"
-                                         : "this hsi was built without CUDA");
+    const hsi_cuda_plugin *cu = NULL;
+    if (p->device_copy) {
+        st = hsi_cuda_plugin_require(&cu, "loader: device_copy");
+        if (st != HSI_OK) return st;
+    }
+    /* pinned host slots only when CUDA is in use anyway: a CPU-only run
+     * does not load the plugin to find out that there is no device */
+    int ndev = cu || hsi_cuda_plugin_loaded() ? hsi_cuda_device_count() : 0;
     hsi_loader *L = calloc(1, sizeof *L);
     if (!L) return HSI_FAIL(HSI_ERR_NOMEM, "loader: out of memory");
     L->p = *p;
+    L->cu = cu;
     if (L->p.prefetch == 0) L->p.prefetch = 2;
     L->nb = p->drop_last ? p->n_samples / p->batch_size
                          : (p->n_samples + p->batch_size - 1) / p->batch_size;
@@ -266,17 +258,14 @@ hsi_status hsi_loader_create(hsi_loader **out, const hsi_loader_params *p)
     L->stats.pinned = kind == HSI_BUF_PINNED;
     L->stats.device_copy = p->device_copy;
     L->stats.n_slots = L->n_slots;
-#ifdef HSI_HAVE_CUDA
-    if (p->device_copy) {
-        cudaGetDevice(&L->device);
-        cudaError_t e = cudaStreamCreateWithFlags(&L->copy_stream, cudaStreamNonBlocking);
-        if (e != cudaSuccess) {
-            st = HSI_FAIL(HSI_ERR_CUDA, "loader: cannot create the copy stream: %s",
-                          cudaGetErrorString(e));
+    if (cu) {
+        L->device = cu->get_device();
+        st = cu->stream_create(&L->copy_stream);
+        if (st != HSI_OK) {
+            hsi_fail_context(st, "loader: the copy stream");
             goto cleanup;
         }
     }
-#endif
     for (int i = 0; i < L->n_slots; i++) {
         loader_slot *s = &L->slots[i];
         s->ticket = -1;
@@ -289,18 +278,17 @@ hsi_status hsi_loader_create(hsi_loader **out, const hsi_loader_params *p)
         s->b.x = s->host->data;
         s->b.y = p->y_bytes ? (char *)s->host->data + L->x_cap : NULL;
         s->b.slot = i;
-#ifdef HSI_HAVE_CUDA
-        if (p->device_copy) {
+        if (cu) {
             HSI_TRY(hsi_buffer_alloc(&s->dev, L->x_cap + L->y_cap, HSI_BUF_DEVICE));
             s->b.x_dev = s->dev->data;
             s->b.y_dev = p->y_bytes ? (char *)s->dev->data + L->x_cap : NULL;
-            if (cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming) != cudaSuccess ||
-                cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming) != cudaSuccess) {
-                st = HSI_FAIL(HSI_ERR_CUDA, "loader: cannot create CUDA events");
+            st = cu->event_create(&s->copied);
+            if (st == HSI_OK) st = cu->event_create(&s->released);
+            if (st != HSI_OK) {
+                hsi_fail_context(st, "loader: slot %d", i);
                 goto cleanup;
             }
         }
-#endif
     }
     L->threads = calloc((size_t)(p->n_workers ? p->n_workers : 1), sizeof *L->threads);
     if (!L->threads) {
@@ -326,14 +314,11 @@ cleanup:
 static void release_current(hsi_loader *L)
 {
     loader_slot *s = &L->slots[(L->consumed - 1) % L->n_slots];
-#ifdef HSI_HAVE_CUDA
     if (s->dev) {
-        cudaEventRecord(s->released, (cudaStream_t)L->p.cuda_stream);
-        s->release_recorded = 1;
+        /* a failure here shows in the next copy or wait on these streams */
+        if (L->cu->event_record(s->released, L->p.cuda_stream) == HSI_OK) s->release_recorded = 1;
+        else hsi_clear_error();
     }
-#else
-    (void)s;
-#endif
     pthread_mutex_lock(&L->mu);
     L->released++;
     pthread_cond_broadcast(&L->cv_free);
@@ -374,17 +359,15 @@ hsi_status hsi_loader_next(hsi_loader *L, hsi_batch **batch)
         return HSI_FAIL(s->status, "loader: epoch %lld batch %lld: %s", (long long)s->b.epoch,
                         (long long)s->b.index, s->err);
     }
-#ifdef HSI_HAVE_CUDA
     if (s->dev) {
-        cudaError_t e = cudaStreamWaitEvent((cudaStream_t)L->p.cuda_stream, s->copied, 0);
-        if (e != cudaSuccess) {
-            L->fail_st = HSI_ERR_CUDA;
-            snprintf(L->fail_msg, sizeof L->fail_msg, "%s", cudaGetErrorString(e));
-            return HSI_FAIL(HSI_ERR_CUDA, "loader: waiting for batch %lld's copy: %s",
-                            (long long)s->b.index, cudaGetErrorString(e));
+        hsi_status e = L->cu->stream_wait_event(L->p.cuda_stream, s->copied);
+        if (e != HSI_OK) {
+            L->fail_st = e;
+            snprintf(L->fail_msg, sizeof L->fail_msg, "%s", hsi_last_error());
+            return hsi_fail_context(e, "loader: waiting for batch %lld's copy",
+                                    (long long)s->b.index);
         }
     }
-#endif
     s->b.wait_s = wait;
     L->stats.batches++;
     L->stats.samples += s->b.n;
@@ -426,23 +409,17 @@ void hsi_loader_destroy(hsi_loader *L)
     }
     for (int i = 0; i < L->n_threads; i++) pthread_join(L->threads[i], NULL);
     free(L->threads);
-#ifdef HSI_HAVE_CUDA
-    if (L->copy_stream) cudaStreamSynchronize(L->copy_stream);
-#endif
+    /* the copy stream is drained before the buffers it reads go away */
+    if (L->copy_stream) L->cu->stream_destroy(L->copy_stream);
     for (int i = 0; L->slots && i < L->n_slots; i++) {
         loader_slot *s = &L->slots[i];
-#ifdef HSI_HAVE_CUDA
-        if (s->copied) cudaEventDestroy(s->copied);
-        if (s->released) cudaEventDestroy(s->released);
-#endif
+        if (s->copied) L->cu->event_destroy(s->copied);
+        if (s->released) L->cu->event_destroy(s->released);
         hsi_buffer_release(s->host);
         hsi_buffer_release(s->dev);
         free(s->samples);
     }
     free(L->slots);
-#ifdef HSI_HAVE_CUDA
-    if (L->copy_stream) cudaStreamDestroy(L->copy_stream);
-#endif
     for (int i = 0; L->perms && i < L->n_perms; i++) free(L->perms[i].perm);
     free(L->perms);
     if (L->mutex_ok) {

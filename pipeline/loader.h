@@ -1,5 +1,6 @@
 /* loader.h — the batch loader: a ring of batch buffers allocated once
- * (pinned in a CUDA build with a GPU, aligned host memory otherwise),
+ * (pinned when batches go to the device or CUDA is already in use, aligned
+ * host memory otherwise),
  * filled by worker threads through a callback, delivered in order with a
  * per-epoch shuffle seeded by (seed, epoch), so that the batches are
  * bit-identical for any number of workers. It knows nothing of patches or

@@ -1,16 +1,16 @@
-/* patches_cuda_stub.c — hsi_patches_extract_cuda in a build without CUDA:
- * returns HSI_ERR_NO_CUDA. Empty in a CUDA build (patches_cuda.cu). */
+/* patches_cuda_stub.c — hsi_patches_extract_cuda in libhsi: a forwarding
+ * stub into the CUDA plugin (patches_cuda.cu, loaded on first use); when
+ * the plugin cannot be loaded, HSI_ERR_NO_CUDA saying which file and why.
+ * The same in every build. */
 #include "pipeline/patches_cuda.h"
 
-#ifndef HSI_HAVE_CUDA
+#include "core/cuda_plugin.h"
+
 hsi_status hsi_patches_extract_cuda(float *out, const hsi_view *cube, int patch, hsi_pad_mode pad,
                                     const hsi_augment *aug, const int64_t *pixels, int64_t n,
                                     int augment, uint64_t seed)
 {
-    (void)out, (void)cube, (void)patch, (void)pad, (void)aug, (void)pixels, (void)n;
-    (void)augment, (void)seed;
-    return hsi_fail(HSI_ERR_NO_CUDA, "patches (CUDA): this hsi was built without CUDA");
+    const hsi_cuda_plugin *t = hsi_cuda_plugin_get();
+    if (!t) return hsi_fail_context(HSI_ERR_NO_CUDA, "patches (CUDA)");
+    return t->patches_extract(out, cube, patch, pad, aug, pixels, n, augment, seed);
 }
-#else
-typedef int hsi_patches_cuda_stub_unused; /* patches_cuda.cu defines it */
-#endif

@@ -9,9 +9,7 @@
 #include "pipeline/loader.h"
 #include "pipeline/patches.h"
 
-#ifdef HSI_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "core/cuda_plugin.h"
 
 typedef struct run_out {
     int64_t n_batches;
@@ -303,9 +301,12 @@ HSI_SUITE(pipeline_loader, 0, {"0, 1, 3 workers: identical batches", test_worker
  * hsi_loader_next made it wait for the copy event, equals the host batch. */
 static void test_device_copy(void)
 {
-#ifdef HSI_HAVE_CUDA
-    cudaStream_t stream;
-    CU_ASSERT_EQUAL_FATAL(cudaStreamCreate(&stream), cudaSuccess);
+    /* a stream of the consumer's own, through the plugin's table (the
+     * test links no CUDA library either) */
+    const hsi_cuda_plugin *cu = NULL;
+    HSI_CHECK_OK(hsi_cuda_plugin_require(&cu, "loader device copy test"));
+    void *stream = NULL;
+    HSI_CHECK_OK(cu->stream_create(&stream));
     hsi_loader_params p;
     hsi_loader_params_init(&p);
     p.n_samples = 203;
@@ -329,9 +330,12 @@ static void test_device_copy(void)
         batches++;
         bad += b->x_dev == NULL;
         if (!b->x_dev) break;
-        CU_ASSERT_EQUAL(cudaMemcpyAsync(back, b->x_dev, (size_t)b->n * 16, cudaMemcpyDeviceToHost,
-                                        stream), cudaSuccess);
-        CU_ASSERT_EQUAL(cudaStreamSynchronize(stream), cudaSuccess);
+        CU_ASSERT_EQUAL(cu->memcpy_async(back, b->x_dev, (size_t)b->n * 16, 1, stream), HSI_OK);
+        void *done = NULL;
+        CU_ASSERT_EQUAL_FATAL(cu->event_create(&done), HSI_OK);
+        CU_ASSERT_EQUAL(cu->event_record(done, stream), HSI_OK);
+        CU_ASSERT_EQUAL(cu->event_sync(done), HSI_OK);
+        cu->event_destroy(done);
         bad += memcmp(back, b->x, (size_t)b->n * 16) != 0;
         for (int64_t i = 0; i < b->n; i++) bad += back[2 * i] != b->samples[i];
     }
@@ -342,10 +346,7 @@ static void test_device_copy(void)
     CU_ASSERT_EQUAL(st.pinned, 1);
     CU_ASSERT_EQUAL(st.device_copy, 1);
     hsi_loader_destroy(L);
-    cudaStreamDestroy(stream);
-#else
-    CU_FAIL("built without CUDA");
-#endif
+    cu->stream_destroy(stream);
 }
 
 HSI_SUITE(pipeline_loader_cuda, HSI_SUITE_NEEDS_CUDA,
