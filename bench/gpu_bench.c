@@ -31,6 +31,7 @@
 #include "models/optim.h"
 #include "models/tensor.h"
 #include "pipeline/patches_cuda.h"
+#include "pipeline/trainer.h"
 
 #define CHECK(expr)                                                                               \
     do {                                                                                          \
@@ -373,14 +374,9 @@ static void bench_model_cpu(FILE *js, const char *name, int batch, int bands, in
     for (int i = 0; i < batch; i++) yp[i] = i % classes;
     double t = 0;
     for (int s = 0; s < 2 + steps; s++) {
-        double t0 = hsi_now();
-        hsi_tensor *logits = NULL, *loss = NULL;
+        double t0 = hsi_now(), loss = 0;
         hsi_graph_reset(g);
-        hsi_optim_zero_grad(o);
-        CHECK(hsi_module_forward(&logits, m, g, x));
-        CHECK(hsi_cross_entropy(&loss, g, logits, y, NULL));
-        CHECK(hsi_backward(loss, 0));
-        CHECK(hsi_optim_step(o));
+        CHECK(hsi_train_step(m, o, g, x, y, NULL, &loss, NULL, NULL));
         if (s >= 2) t += hsi_now() - t0;
     }
     double sps = (double)batch * steps / t;
