@@ -236,10 +236,10 @@ static void test_prep_roundtrip(void)
         hsi_view_release(&b);
     }
     hsi_view_release(&a);
+    hsi_prep_free(&q);
     /* not a preprocessing file: the message says what was expected */
     HSI_CHECK_FAILS(hsi_prep_load(&q, "data_samples/scene.hdr"), HSI_ERR_FORMAT, "safetensors");
     hsi_prep_free(&p);
-    hsi_prep_free(&q);
     hsi_prep_free(&old);
     hsi_cube_free(&cube);
 }
