@@ -12,7 +12,11 @@ CC        ?= cc
 # Any x86-64 with AVX2 and FMA (x86-64-v3); OPT=-march=native for this CPU
 # only. The hand-written AVX2 kernels also check the CPU at run time.
 OPT       ?= -O3 -march=x86-64-v3
-PKGS      := openblas lapacke gdal matio libxml-2.0 zlib libcjson
+PKGS      := openblas lapacke matio libxml-2.0 zlib libcjson
+# GDAL: headers at build time only; io/gdal_io.c dlopens GDAL_SONAME on the
+# first GDAL format (nothing links -lgdal but hsi_tests, whose GDAL suites
+# check hsi's files with GDAL itself). Not in hsi.pc's Requires.private.
+GDAL_PKG  := gdal
 TEST_PKGS := cunit
 
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
@@ -22,15 +26,21 @@ ifeq ($(CUDA),0)
   NVCC :=
 endif
 
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
-TEST_LIBS  := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null || echo -lcunit)
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) $(GDAL_PKG) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --exists $(GDAL_PKG) && pkg-config --libs $(PKGS) 2>/dev/null)
+TEST_LIBS  := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null || echo -lcunit) \
+              $(shell pkg-config --libs $(GDAL_PKG) 2>/dev/null)
+# the soname of the development libgdal.so (the one the headers belong to)
+GDAL_SONAME ?= $(or $(shell for f in "$$(pkg-config --variable=libdir $(GDAL_PKG) 2>/dev/null)/libgdal.so" \
+                   "$$($(CC) -print-file-name=libgdal.so)"; do [ -e "$$f" ] && \
+                   objdump -p "$$f" 2>/dev/null | awk '/SONAME/ {print $$2; exit}' && break; done),libgdal.so)
 
 WARN    := -Wall -Wextra -Wno-format-truncation -Wno-unused-parameter -Wshadow=local
 CFLAGS  ?= $(OPT) -g
 override CFLAGS += -std=gnu11 -fPIC -pthread -fno-math-errno $(WARN) -MMD -MP -I. \
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
+$(BUILD)/io/gdal_io.o: override CFLAGS += -DHSI_GDAL_SONAME='"$(GDAL_SONAME)"'
 
 LIB_DIRS := core io kernels pipeline models
 LIB_C    := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))

@@ -1,11 +1,17 @@
 /* gdal_io.c — the GDAL bridge: any GDAL raster into a host (band, line,
  * sample) view read block by block; GeoTIFF and PNG writers; ENVI map info
  * <-> GDAL geotransform/CRS. GDAL's own messages are captured (quiet error
- * handler) and folded into hsi errors. Not a zero-copy path. */
+ * handler) and folded into hsi errors. Not a zero-copy path.
+ * libgdal is not linked: it is dlopen'ed (HSI_GDAL_SONAME, from the Makefile)
+ * on the first call that needs it, so programs that never touch a GDAL format
+ * do not pay for loading it and its ~110 dependencies. The only file of hsi
+ * that includes GDAL headers (for the prototypes and types). */
 #define _GNU_SOURCE
 #include "gdal_io.h"
 
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +24,146 @@
 #include <gdal.h>
 #include <ogr_srs_api.h>
 
-static void gdal_init(void)
+#ifndef HSI_GDAL_SONAME
+#define HSI_GDAL_SONAME "libgdal.so"
+#endif
+
+/* ------------------------------------------------- loading libgdal lazily */
+
+/* Every GDAL/CPL/CSL/OSR/VSI function this file calls (CPLFree is VSIFree).
+ * Each gets a pointer of its own prototype's type, resolved by dlsym; the
+ * #defines below route the calls in the rest of the file through them. A
+ * call to a function missing here links against the real symbol, which the
+ * hsi binary's link (no -lgdal) reports as undefined. */
+/* clang-format off */
+#define HSI_GDAL_FUNCS(X) \
+    X(CPLErrorReset) X(CPLGetLastErrorMsg) X(CPLGetLastErrorType) X(CPLPopErrorHandler) \
+    X(CPLPushErrorHandler) X(CPLQuietErrorHandler) X(CSLAddString) X(CSLCount) X(CSLDestroy) \
+    X(CSLFetchNameValue) X(CSLSetNameValue) X(GDALAllRegister) X(GDALClose) X(GDALCreate) \
+    X(GDALCreateColorTable) X(GDALCreateCopy) X(GDALDestroyColorTable) X(GDALGetBlockSize) \
+    X(GDALGetColorEntry) X(GDALGetColorEntryCount) X(GDALGetDataTypeName) \
+    X(GDALGetDatasetDriver) X(GDALGetDescription) X(GDALGetDriverByName) \
+    X(GDALGetDriverShortName) X(GDALGetGeoTransform) X(GDALGetMetadata) X(GDALGetProjectionRef) \
+    X(GDALGetRasterBand) X(GDALGetRasterCategoryNames) X(GDALGetRasterColorTable) \
+    X(GDALGetRasterCount) X(GDALGetRasterDataType) X(GDALGetRasterNoDataValue) \
+    X(GDALGetRasterXSize) X(GDALGetRasterYSize) X(GDALOpenEx) X(GDALRasterIO) \
+    X(GDALSetColorEntry) X(GDALSetDescription) X(GDALSetGeoTransform) X(GDALSetMetadataItem) \
+    X(GDALSetProjection) X(GDALSetRasterCategoryNames) X(GDALSetRasterColorInterpretation) \
+    X(GDALSetRasterColorTable) X(GDALSetRasterNoDataValue) X(OSRClone) \
+    X(OSRDestroySpatialReference) X(OSRExportToWkt) X(OSRGetAttrValue) X(OSRGetUTMZone) \
+    X(OSRImportFromESRI) X(OSRImportFromWkt) X(OSRIsGeographic) X(OSRMorphToESRI) \
+    X(OSRNewSpatialReference) X(OSRSetFromUserInput) X(OSRSetUTM) X(OSRSetWellKnownGeogCS) \
+    X(VSIFree)
+/* clang-format on */
+
+#define HSI_GDAL_PTR(f) static __typeof__(f) *p_##f;
+HSI_GDAL_FUNCS(HSI_GDAL_PTR)
+#undef HSI_GDAL_PTR
+
+static pthread_once_t g_gdal_once = PTHREAD_ONCE_INIT;
+static int g_gdal_ok;
+static char g_gdal_why[512]; /* why loading failed: dlerror() or the missing symbol */
+
+static void gdal_load(void)
 {
-    static int done;
-    if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) GDALAllRegister();
+    void *h = dlopen(HSI_GDAL_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(g_gdal_why, sizeof g_gdal_why, "dlopen: %s", e ? e : "no detail");
+        return;
+    }
+    const char *missing = NULL;
+#define HSI_GDAL_SYM(f)                                                                            \
+    if (!missing && !(p_##f = (__typeof__(f) *)dlsym(h, #f))) missing = #f;
+    HSI_GDAL_FUNCS(HSI_GDAL_SYM)
+#undef HSI_GDAL_SYM
+    if (missing) {
+        snprintf(g_gdal_why, sizeof g_gdal_why, "it has no symbol %s", missing);
+        dlclose(h);
+        return;
+    }
+    p_GDALAllRegister();
+    g_gdal_ok = 1; /* the handle stays open for the life of the process */
 }
 
-/* Every entry point runs inside quiet(): GDAL errors are kept, not printed. */
+/* Loads GDAL once (thread-safe); every entry point that needs GDAL calls
+ * this first. path and task (what GDAL was needed for) go into the message. */
+static hsi_status need_gdal(const char *path, const char *task)
+{
+    pthread_once(&g_gdal_once, gdal_load);
+    if (g_gdal_ok) return HSI_OK;
+    return HSI_FAIL(HSI_ERR_UNSUPPORTED, "%s: %s needs GDAL, but %s cannot be loaded (%s)", path,
+                    task, HSI_GDAL_SONAME, g_gdal_why);
+}
+
+/* clang-format off */
+#define CPLErrorReset (*p_CPLErrorReset)
+#define CPLGetLastErrorMsg (*p_CPLGetLastErrorMsg)
+#define CPLGetLastErrorType (*p_CPLGetLastErrorType)
+#define CPLPopErrorHandler (*p_CPLPopErrorHandler)
+#define CPLPushErrorHandler (*p_CPLPushErrorHandler)
+#define CPLQuietErrorHandler (*p_CPLQuietErrorHandler)
+#define CSLAddString (*p_CSLAddString)
+#define CSLCount (*p_CSLCount)
+#define CSLDestroy (*p_CSLDestroy)
+#define CSLFetchNameValue (*p_CSLFetchNameValue)
+#define CSLSetNameValue (*p_CSLSetNameValue)
+#define GDALAllRegister (*p_GDALAllRegister)
+#define GDALClose (*p_GDALClose)
+#define GDALCreate (*p_GDALCreate)
+#define GDALCreateColorTable (*p_GDALCreateColorTable)
+#define GDALCreateCopy (*p_GDALCreateCopy)
+#define GDALDestroyColorTable (*p_GDALDestroyColorTable)
+#define GDALGetBlockSize (*p_GDALGetBlockSize)
+#define GDALGetColorEntry (*p_GDALGetColorEntry)
+#define GDALGetColorEntryCount (*p_GDALGetColorEntryCount)
+#define GDALGetDataTypeName (*p_GDALGetDataTypeName)
+#define GDALGetDatasetDriver (*p_GDALGetDatasetDriver)
+#define GDALGetDescription (*p_GDALGetDescription)
+#define GDALGetDriverByName (*p_GDALGetDriverByName)
+#define GDALGetDriverShortName (*p_GDALGetDriverShortName)
+#define GDALGetGeoTransform (*p_GDALGetGeoTransform)
+#define GDALGetMetadata (*p_GDALGetMetadata)
+#define GDALGetProjectionRef (*p_GDALGetProjectionRef)
+#define GDALGetRasterBand (*p_GDALGetRasterBand)
+#define GDALGetRasterCategoryNames (*p_GDALGetRasterCategoryNames)
+#define GDALGetRasterColorTable (*p_GDALGetRasterColorTable)
+#define GDALGetRasterCount (*p_GDALGetRasterCount)
+#define GDALGetRasterDataType (*p_GDALGetRasterDataType)
+#define GDALGetRasterNoDataValue (*p_GDALGetRasterNoDataValue)
+#define GDALGetRasterXSize (*p_GDALGetRasterXSize)
+#define GDALGetRasterYSize (*p_GDALGetRasterYSize)
+#define GDALOpenEx (*p_GDALOpenEx)
+#define GDALRasterIO (*p_GDALRasterIO)
+#define GDALSetColorEntry (*p_GDALSetColorEntry)
+#define GDALSetDescription (*p_GDALSetDescription)
+#define GDALSetGeoTransform (*p_GDALSetGeoTransform)
+#define GDALSetMetadataItem (*p_GDALSetMetadataItem)
+#define GDALSetProjection (*p_GDALSetProjection)
+#define GDALSetRasterCategoryNames (*p_GDALSetRasterCategoryNames)
+#define GDALSetRasterColorInterpretation (*p_GDALSetRasterColorInterpretation)
+#define GDALSetRasterColorTable (*p_GDALSetRasterColorTable)
+#define GDALSetRasterNoDataValue (*p_GDALSetRasterNoDataValue)
+#define OSRClone (*p_OSRClone)
+#define OSRDestroySpatialReference (*p_OSRDestroySpatialReference)
+#define OSRExportToWkt (*p_OSRExportToWkt)
+#define OSRGetAttrValue (*p_OSRGetAttrValue)
+#define OSRGetUTMZone (*p_OSRGetUTMZone)
+#define OSRImportFromESRI (*p_OSRImportFromESRI)
+#define OSRImportFromWkt (*p_OSRImportFromWkt)
+#define OSRIsGeographic (*p_OSRIsGeographic)
+#define OSRMorphToESRI (*p_OSRMorphToESRI)
+#define OSRNewSpatialReference (*p_OSRNewSpatialReference)
+#define OSRSetFromUserInput (*p_OSRSetFromUserInput)
+#define OSRSetUTM (*p_OSRSetUTM)
+#define OSRSetWellKnownGeogCS (*p_OSRSetWellKnownGeogCS)
+#define VSIFree (*p_VSIFree)
+/* clang-format on */
+
+/* Every entry point runs inside quiet(): GDAL errors are kept, not printed.
+ * need_gdal() first. */
 static void quiet_begin(void)
 {
-    gdal_init();
     CPLPushErrorHandler(CPLQuietErrorHandler);
     CPLErrorReset();
 }
@@ -98,11 +234,14 @@ int hsi_meta_geotransform(const hsi_meta *m, double gt[6])
 hsi_status hsi_meta_crs_wkt(char **wkt, const hsi_meta *m)
 {
     *wkt = NULL;
-    if (!m) return HSI_OK;
+    int has_cs = m && m->coordinate_system && *m->coordinate_system;
+    if (!has_cs && !(m && m->map_info.valid)) return HSI_OK; /* nothing to convert: no GDAL */
+    hsi_status st = need_gdal("coordinate system", "conversion to WKT");
+    if (st != HSI_OK) return st;
     quiet_begin();
     OGRSpatialReferenceH srs = OSRNewSpatialReference(NULL);
     int ok = 0;
-    if (m->coordinate_system && *m->coordinate_system) {
+    if (has_cs) {
         char *lines[2] = {m->coordinate_system, NULL};
         ok = OSRImportFromESRI(srs, lines) == OGRERR_NONE;
         if (!ok) ok = OSRSetFromUserInput(srs, m->coordinate_system) == OGRERR_NONE;
@@ -234,6 +373,8 @@ hsi_status hsi_gdal_open(hsi_cube *out, const char *path, const char *var)
     GDALDatasetH ds = NULL;
     char *sub = NULL;
     hsi_cube_init(out);
+    st = need_gdal(path, "reading a format other than ENVI, SPE or MATLAB");
+    if (st != HSI_OK) return st;
     quiet_begin();
     ds = GDALOpenEx(path, GDAL_OF_RASTER | GDAL_OF_READONLY, NULL, NULL, NULL);
     if (!ds) {
@@ -472,6 +613,8 @@ hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const 
     if (B > 65535 || L > INT32_MAX || S > INT32_MAX || B < 1 || L < 1 || S < 1)
         return HSI_FAIL(HSI_ERR_ARG, "%s: cube of %lld x %lld x %lld cannot be a GeoTIFF", path,
                         (long long)B, (long long)L, (long long)S);
+    st = need_gdal(path, "writing GeoTIFF");
+    if (st != HSI_OK) return st;
     quiet_begin();
     GDALDriverH drv = GDALGetDriverByName("GTiff");
     if (!drv) {
@@ -570,6 +713,11 @@ hsi_status hsi_gdal_write_classes(const char *path, const hsi_view *map, int n_c
     int64_t strides3[3] = {0, map->strides[0], map->strides[1]};
     st = hsi_view_make(&m3, map->buf, map->offset, map->dtype, 3, shape3, strides3, map->swapped);
     if (st != HSI_OK) return st;
+    st = need_gdal(path, "writing a classification GeoTIFF");
+    if (st != HSI_OK) {
+        hsi_view_release(&m3);
+        return st;
+    }
     quiet_begin();
     tmp_name(tmp, sizeof tmp, path);
     char **opts = CSLSetNameValue(NULL, "COMPRESS", "DEFLATE");
@@ -629,6 +777,8 @@ hsi_status hsi_gdal_write_png(const char *path, const uint8_t *img, int64_t line
     if (lines < 1 || samples < 1 || lines > 1000000 || samples > 1000000)
         return HSI_FAIL(HSI_ERR_ARG, "%s: PNG of %lld x %lld pixels refused", path,
                         (long long)lines, (long long)samples);
+    st = need_gdal(path, "writing PNG");
+    if (st != HSI_OK) return st;
     quiet_begin();
     GDALDriverH pdrv = GDALGetDriverByName("PNG"), mdrv = GDALGetDriverByName("MEM");
     if (!pdrv || !mdrv) {

@@ -2,7 +2,11 @@
  * sample) host view (block by block), write GeoTIFF (data cubes and
  * classification maps with colour table and category names) georeferenced
  * from hsi_meta (ENVI map info / coordinate system string), write PNG.
- * Not a zero-copy reader: GDAL formats are read into a host buffer. */
+ * Not a zero-copy reader: GDAL formats are read into a host buffer.
+ * libgdal is not linked: the first call that needs it dlopens it (once, thread
+ * safe). hsi_meta_geotransform never does, hsi_meta_crs_wkt only for a meta
+ * with a coordinate system or map info. When it cannot be loaded, those calls
+ * return HSI_ERR_UNSUPPORTED naming the library and the dlerror() text. */
 #ifndef HSI_GDAL_IO_H
 #define HSI_GDAL_IO_H
 
