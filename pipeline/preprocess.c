@@ -74,7 +74,8 @@ cleanup:
     return st;
 }
 
-void hsi_prep_calib(hsi_calib *c, const hsi_meta *m)
+/* Calibration from a header's gain, offset and reflectance scale (borrowed). */
+static void calib_from_meta(hsi_calib *c, const hsi_meta *m)
 {
     c->gain = m->gain;
     c->offset = m->offset;
@@ -94,7 +95,7 @@ hsi_status hsi_prep_fit(hsi_prep *out, const hsi_cube *c, const hsi_view *mask,
     memset(out, 0, sizeof *out);
     out->n_cube_bands = c->view.shape[0];
     HSI_TRY(hsi_prep_select_bands(&sel, &ns, m, spec->bands, spec->wavelengths, spec->drop_bbl));
-    hsi_prep_calib(&cal, m);
+    calib_from_meta(&cal, m);
     int need_stats = has_ig || mode == HSI_NORM_ZSCORE || mode == HSI_NORM_MINMAX ||
                      mode == HSI_NORM_GLOBAL_MINMAX;
     if (need_stats) {

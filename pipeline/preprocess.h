@@ -50,10 +50,6 @@ typedef struct hsi_prep {
 hsi_status hsi_prep_select_bands(int64_t **out, int64_t *n, const hsi_meta *m, const char *bands,
                                  const char *wavelengths, int drop_bbl);
 
-/* Calibration from a header's gain, offset and reflectance scale (the
- * arrays are borrowed from m). */
-void hsi_prep_calib(hsi_calib *c, const hsi_meta *m);
-
 /* Fits on the pixels of mask ((lines, samples), any real dtype, nonzero =
  * fit; NULL = every pixel): raw statistics when the mode or an ignore value
  * needs them, the normalisation map, and the PCA when asked for. */

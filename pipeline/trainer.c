@@ -197,7 +197,6 @@ hsi_status hsi_train_step(hsi_module *net, hsi_optim *opt, hsi_graph *g, hsi_ten
 {
     hsi_status st = HSI_OK;
     hsi_tensor *logits = NULL, *loss = NULL;
-    (void)g;
     double t0 = hsi_now();
     hsi_optim_zero_grad(opt);
     hsi_op_profile_mark(); /* op times start at the forward */
@@ -769,10 +768,8 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
     hsi_predict_opts po = {.batch = c->batch * 2, .features = &t->fc};
     HSI_TRY(hsi_run_predict(r, map, &t->cube.view, &po));
     for (int64_t i = 0; i < nt; i++) {
-        int32_t id = map[t->sp.idx[HSI_ROLE_TEST][i]];
-        pred[i] = 0;
-        for (int k = 0; k < K; k++)
-            if (r->label_ids[k] == id) pred[i] = k;
+        int k = hsi_run_class_of(r, map[t->sp.idx[HSI_ROLE_TEST][i]]);
+        pred[i] = k < 0 ? 0 : k;
     }
     HSI_TRY(hsi_metrics_compute(&mt, t->sp.cls[HSI_ROLE_TEST], pred, nt, K));
     have_metrics = 1;
