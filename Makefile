@@ -112,9 +112,9 @@ $(SOLIB): $(LIB_OBJ)
 $(BUILD)/libhsi_cuda.so: $(CU_OBJ)
 	$(CC) -shared -Wl,-soname,libhsi_cuda.so -Wl,-Bsymbolic -o $@ $^ $(CU_LIBS)
 	@missing=$$(nm -D --undefined-only $@ | awk '$$2 ~ /^hsi_/ {print $$2}' | \
-	    while read -r s; do grep -qw "$$s" core/cuda_host.c || echo "$$s"; done); \
+	    while read -r s; do grep -qw "$$s" core/cuda_host.c kernels/cuda_stub.c || echo "$$s"; done); \
 	if [ -n "$$missing" ]; then rm -f $@; \
-	    echo "libhsi_cuda.so needs libhsi symbols not kept by core/cuda_host.c:" $$missing; exit 1; fi
+	    echo "libhsi_cuda.so needs libhsi symbols not kept by core/cuda_host.c or kernels/cuda_stub.c:" $$missing; exit 1; fi
 
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(CFLAGS) -rdynamic -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
@@ -176,7 +176,8 @@ fixtures:
 # Public headers: every header of the library's folders but the private
 # ones below; installed in their folders, plus hsi/hsi.h that includes all.
 PRIVATE_H := core/cuda_plugin.h kernels/cuda_internal.h kernels/kern_internal.h \
-             pipeline/run_internal.h models/ops_kern.h models/tensor_impl.h
+             pipeline/run_internal.h models/ops_kern.h models/tensor_impl.h \
+             kernels/cuda_ops.h models/cuda_ops.h pipeline/cuda_ops.h
 PUBLIC_H  := $(filter-out $(PRIVATE_H),$(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.h))))
 INC       := $(DESTDIR)$(PREFIX)/include/hsi
 

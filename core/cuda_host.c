@@ -6,9 +6,6 @@
  * Makefile rule checks that each hsi_ symbol it needs is named below. Not
  * an API. */
 #include "core/core.h"
-#include "kernels/cuda.h"
-#include "kernels/kern_internal.h"
-#include "kernels/stats.h"
 
 /* Read by core/cuda_runtime.c, so that the linker keeps this table. */
 extern void *const hsi_cuda_host_symbols[];
@@ -31,11 +28,5 @@ void *const hsi_cuda_host_symbols[] = {
     (void *)hsi_view_nbytes,
     (void *)hsi_view_make_packed,
     (void *)hsi_view_is_packed,
-    /* kernels' host helpers */
-    (void *)hsi_stats_merge,
-    (void *)hsi_stats_free,
-    (void *)hsi_kern_mask_pack,
-    /* this thread's stream (kept in libhsi: kernels/cuda_stub.c) */
-    (void *)hsi_cuda_stream,
     NULL,
 };

@@ -7,8 +7,32 @@
  * of the same names). Not a kernel. */
 #include <string.h>
 
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdio.h>
+
 #include "core/cuda_plugin.h"
-#include "kernels/cuda_internal.h"
+
+/* The upper layers' parts of the table, filled in their own .cu files
+ * (kernels/cuda_mem.cu, models/ops_cuda.cu, pipeline/patches_cuda.cu);
+ * opaque here. */
+extern "C" {
+struct hsi_cuda_kernel_ops;
+struct hsi_cuda_model_ops;
+struct hsi_cuda_pipeline_ops;
+const struct hsi_cuda_kernel_ops *hsi_cu_kernel_ops(void);
+const struct hsi_cuda_model_ops *hsi_cu_model_ops(void);
+const struct hsi_cuda_pipeline_ops *hsi_cu_pipeline_ops(void);
+}
+
+/* A runtime call that must succeed: HSI_ERR_CUDA naming it and the
+ * runtime's text. */
+#define CU_RET(call, what)                                                                         \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return hsi_fail(HSI_ERR_CUDA, "%s: %s (%s)", (what), cudaGetErrorString(e_), #call);   \
+    } while (0)
 
 /* ------------------------------------------------------ device presence */
 
@@ -23,6 +47,23 @@ int hsi_cu_device_count(const char **why)
         return 0;
     }
     return n;
+}
+
+static int g_have_device = -1;      /* -1 unknown, 0 no, 1 yes */
+static const char *g_no_device_why; /* cudaGetErrorString of the probe, or NULL */
+static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
+
+static void probe_device(void) { g_have_device = hsi_cu_device_count(&g_no_device_why) > 0; }
+
+hsi_status hsi_cu_require(const char *what)
+{
+    pthread_once(&g_probe_once, probe_device);
+    if (g_have_device) return HSI_OK;
+    if (g_no_device_why)
+        return hsi_fail(HSI_ERR_NO_CUDA, "%s: CUDA was asked for, but the CUDA runtime says: %s",
+                        what ? what : "CUDA", g_no_device_why);
+    return hsi_fail(HSI_ERR_NO_CUDA, "%s: CUDA was asked for, but the CUDA runtime reports no device",
+                    what ? what : "CUDA");
 }
 
 /* ------------------------------------------------- pinned/device buffers */
@@ -46,7 +87,8 @@ static hsi_status alloc_buffer(hsi_buffer *b, size_t size, hsi_buf_kind kind)
     const char *what = kind == HSI_BUF_PINNED ? "pinned" : "device";
     char ctx[64];
     snprintf(ctx, sizeof ctx, "cannot allocate %s memory", what);
-    HSI_CU_TRY(hsi_cuda_require(ctx));
+    hsi_status st = hsi_cu_require(ctx);
+    if (st != HSI_OK) return st;
     cudaError_t e;
     void *p = NULL;
     size_t n = size ? size : 1;
@@ -79,7 +121,7 @@ static hsi_status stream_create(void **out)
 {
     cudaStream_t s = NULL;
     *out = NULL;
-    HSI_CU_RET(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a CUDA stream");
+    CU_RET(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a CUDA stream");
     *out = s;
     return HSI_OK;
 }
@@ -95,7 +137,7 @@ static hsi_status event_create(void **out)
 {
     cudaEvent_t e = NULL;
     *out = NULL;
-    HSI_CU_RET(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating a CUDA event");
+    CU_RET(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating a CUDA event");
     *out = e;
     return HSI_OK;
 }
@@ -107,26 +149,26 @@ static void event_destroy(void *e)
 
 static hsi_status event_record(void *e, void *s)
 {
-    HSI_CU_RET(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "recording a CUDA event");
+    CU_RET(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "recording a CUDA event");
     return HSI_OK;
 }
 
 static hsi_status event_sync(void *e)
 {
-    HSI_CU_RET(cudaEventSynchronize((cudaEvent_t)e), "waiting for a CUDA event");
+    CU_RET(cudaEventSynchronize((cudaEvent_t)e), "waiting for a CUDA event");
     return HSI_OK;
 }
 
 static hsi_status stream_wait_event(void *s, void *e)
 {
-    HSI_CU_RET(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0),
+    CU_RET(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0),
                "making a CUDA stream wait for an event");
     return HSI_OK;
 }
 
 static hsi_status memcpy_async(void *dst, const void *src, size_t n, int dir, void *s)
 {
-    HSI_CU_RET(cudaMemcpyAsync(dst, src, n, dir ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+    CU_RET(cudaMemcpyAsync(dst, src, n, dir ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
                                (cudaStream_t)s),
                dir ? "device-to-host copy" : "host-to-device copy");
     return HSI_OK;
@@ -144,7 +186,7 @@ static int get_device(void)
 
 static hsi_status set_device(int d)
 {
-    HSI_CU_RET(cudaSetDevice(d), "selecting the CUDA device");
+    CU_RET(cudaSetDevice(d), "selecting the CUDA device");
     return HSI_OK;
 }
 
@@ -157,43 +199,12 @@ static hsi_cuda_plugin make_table(void)
     t.abi = HSI_CUDA_PLUGIN_ABI;
     t.size = (uint32_t)sizeof t;
     t.device_count = hsi_cu_device_count;
+    t.require = hsi_cu_require;
     t.alloc_buffer = alloc_buffer;
 
-    t.require = hsi_cuda_require;
-    t.sync = hsi_cuda_sync;
-    t.malloc = hsi_cuda_malloc;
-    t.free = hsi_cuda_free;
-    t.buffer = hsi_cuda_buffer;
-    t.cache_trim = hsi_cuda_cache_trim;
-    t.mem_get = hsi_cuda_mem_get;
-    t.view_to_device = hsi_cuda_view_to_device;
-    t.view_to_host = hsi_cuda_view_to_host;
-    t.upload = hsi_cuda_upload;
-    t.download = hsi_cuda_download;
-    t.memset = hsi_cuda_memset;
-    t.stats_compute = hsi_stats_compute_cuda;
-    t.fused_run = hsi_fused_run_cuda;
-
-    t.conv_workspace_bytes = hsi_conv_workspace_bytes_cuda;
-    t.conv_forward = hsi_conv_forward_cuda;
-    t.conv_backward = hsi_conv_backward_cuda;
-    t.pool_forward = hsi_pool_forward_cuda;
-    t.pool_backward = hsi_pool_backward_cuda;
-    t.gap_forward = hsi_gap_forward_cuda;
-    t.gap_backward = hsi_gap_backward_cuda;
-    t.bn_forward = hsi_bn_forward_cuda;
-    t.bn_backward = hsi_bn_backward_cuda;
-    t.relu_forward = hsi_relu_forward_cuda;
-    t.relu_backward = hsi_relu_backward_cuda;
-    t.linear_forward = hsi_linear_forward_cuda;
-    t.linear_backward = hsi_linear_backward_cuda;
-    t.dropout_forward = hsi_dropout_forward_cuda;
-    t.dropout_backward = hsi_dropout_backward_cuda;
-    t.cross_entropy_forward = hsi_cross_entropy_forward_cuda;
-    t.cross_entropy_backward = hsi_cross_entropy_backward_cuda;
-    t.adam_step = hsi_adam_step_cuda;
-
-    t.patches_extract = hsi_patches_extract_cuda;
+    t.kernels = hsi_cu_kernel_ops();
+    t.models = hsi_cu_model_ops();
+    t.pipeline = hsi_cu_pipeline_ops();
 
     t.stream_create = stream_create;
     t.stream_destroy = stream_destroy;

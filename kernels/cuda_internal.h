@@ -18,6 +18,7 @@
 
 #include "core/core.h"
 #include "kernels/cuda.h"
+#include "kernels/cuda_ops.h"
 
 /* Return HSI_ERR_CUDA naming `what` when a runtime call fails. */
 #define HSI_CU_RET(call, what)                                                                     \
@@ -44,9 +45,6 @@
         if (s_ != HSI_OK) return s_;                                                               \
     } while (0)
 
-/* Devices the runtime reports; 0 with *why = cudaGetErrorString of the
- * failure (NULL when it simply reports none). core/cuda_plugin.cu. */
-int hsi_cu_device_count(const char **why);
 
 static inline cudaStream_t hsi_cu_stream(void) { return (cudaStream_t)hsi_cuda_stream(); }
 

@@ -11,22 +11,7 @@
 
 /* ------------------------------------------------------ device, streams */
 
-static int g_have_device = -1;      /* -1 unknown, 0 no, 1 yes */
-static const char *g_no_device_why; /* cudaGetErrorString of the probe, or NULL */
-static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
-
-static void probe_device(void) { g_have_device = hsi_cu_device_count(&g_no_device_why) > 0; }
-
-extern "C" hsi_status hsi_cuda_require(const char *what)
-{
-    pthread_once(&g_probe_once, probe_device);
-    if (g_have_device) return HSI_OK;
-    if (g_no_device_why)
-        return hsi_fail(HSI_ERR_NO_CUDA, "%s: CUDA was asked for, but the CUDA runtime says: %s",
-                        what ? what : "CUDA", g_no_device_why);
-    return hsi_fail(HSI_ERR_NO_CUDA, "%s: CUDA was asked for, but the CUDA runtime reports no device",
-                    what ? what : "CUDA");
-}
+extern "C" hsi_status hsi_cuda_require(const char *what) { return hsi_cu_require(what); }
 
 /* This thread's stream lives in libhsi (kernels/cuda_stub.c): setting it
  * loads nothing; hsi_cuda_stream() is resolved from there. */
@@ -294,4 +279,33 @@ extern "C" hsi_status hsi_cuda_view_to_host(hsi_view *out, const hsi_view *in)
                            (size_t)hsi_view_nbytes(in));
     if (st != HSI_OK) hsi_view_release(out);
     return st;
+}
+
+/* ------------------------------------------------------ the plugin table */
+
+/* This layer's part of the plugin's table (see cuda_ops.h). */
+static hsi_cuda_kernel_ops make_ops(void)
+{
+    hsi_cuda_kernel_ops t;
+    memset(&t, 0, sizeof t);
+    t.sync = hsi_cuda_sync;
+    t.malloc = hsi_cuda_malloc;
+    t.free = hsi_cuda_free;
+    t.buffer = hsi_cuda_buffer;
+    t.cache_trim = hsi_cuda_cache_trim;
+    t.mem_get = hsi_cuda_mem_get;
+    t.view_to_device = hsi_cuda_view_to_device;
+    t.view_to_host = hsi_cuda_view_to_host;
+    t.upload = hsi_cuda_upload;
+    t.download = hsi_cuda_download;
+    t.memset = hsi_cuda_memset;
+    t.stats_compute = hsi_stats_compute_cuda;
+    t.fused_run = hsi_fused_run_cuda;
+    return t;
+}
+
+extern "C" const hsi_cuda_kernel_ops *hsi_cu_kernel_ops(void)
+{
+    static const hsi_cuda_kernel_ops ops = make_ops(); /* thread-safe static init */
+    return &ops;
 }

@@ -5,16 +5,16 @@
  * same in every build. Not a CPU fallback. */
 #include "models/layers_cuda.h"
 
-#include "core/cuda_plugin.h"
+#include "models/cuda_ops.h"
 
 /* Evaluates to the table, or returns HSI_ERR_NO_CUDA "<what>: <why not>". */
 #define PLUGIN(t, what)                                                                            \
-    const hsi_cuda_plugin *t = hsi_cuda_plugin_get();                                              \
-    if (!t) return hsi_fail_context(HSI_ERR_NO_CUDA, "%s", (what))
+    const hsi_cuda_model_ops *t = hsi_cuda_model_ops_get(what);                                    \
+    if (!t) return HSI_ERR_NO_CUDA
 
 size_t hsi_conv_workspace_bytes_cuda(const hsi_conv_dims *d)
 {
-    const hsi_cuda_plugin *t = hsi_cuda_plugin_get();
+    const hsi_cuda_model_ops *t = hsi_cuda_model_ops_get("conv workspace");
     return t ? t->conv_workspace_bytes(d) : 0;
 }
 hsi_status hsi_conv_forward_cuda(float *y, const float *x, const float *w, const float *b,

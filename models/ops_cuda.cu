@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cuda_internal.h"
+#include "models/cuda_ops.h"
 #include "models/layers_cuda.h"
 
 #define OC_THREADS 256
@@ -365,4 +366,38 @@ extern "C" hsi_status hsi_adam_step_cuda(float *p, const float *g, float *m, flo
         (float)sqrt(bc2), (float)(1 - c->lr * c->weight_decay), c->kind == HSI_OPT_ADAMW);
     HSI_CU_LAUNCHED(what);
     return HSI_OK;
+}
+
+/* ------------------------------------------------------ the plugin table */
+
+/* This layer's part of the plugin's table (see cuda_ops.h). */
+static hsi_cuda_model_ops make_ops(void)
+{
+    hsi_cuda_model_ops t;
+    memset(&t, 0, sizeof t);
+    t.conv_workspace_bytes = hsi_conv_workspace_bytes_cuda;
+    t.conv_forward = hsi_conv_forward_cuda;
+    t.conv_backward = hsi_conv_backward_cuda;
+    t.pool_forward = hsi_pool_forward_cuda;
+    t.pool_backward = hsi_pool_backward_cuda;
+    t.gap_forward = hsi_gap_forward_cuda;
+    t.gap_backward = hsi_gap_backward_cuda;
+    t.bn_forward = hsi_bn_forward_cuda;
+    t.bn_backward = hsi_bn_backward_cuda;
+    t.relu_forward = hsi_relu_forward_cuda;
+    t.relu_backward = hsi_relu_backward_cuda;
+    t.linear_forward = hsi_linear_forward_cuda;
+    t.linear_backward = hsi_linear_backward_cuda;
+    t.dropout_forward = hsi_dropout_forward_cuda;
+    t.dropout_backward = hsi_dropout_backward_cuda;
+    t.cross_entropy_forward = hsi_cross_entropy_forward_cuda;
+    t.cross_entropy_backward = hsi_cross_entropy_backward_cuda;
+    t.adam_step = hsi_adam_step_cuda;
+    return t;
+}
+
+extern "C" const hsi_cuda_model_ops *hsi_cu_model_ops(void)
+{
+    static const hsi_cuda_model_ops ops = make_ops(); /* thread-safe static init */
+    return &ops;
 }

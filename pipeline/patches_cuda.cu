@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cuda_internal.h"
+#include "pipeline/cuda_ops.h"
 #include "pipeline/patches_cuda.h"
 
 #define PC_THREADS 256
@@ -145,4 +146,21 @@ extern "C" hsi_status hsi_patches_extract_cuda(float *out, const hsi_view *cube,
                                                                                         n, a);
     HSI_CU_LAUNCHED(what);
     return HSI_OK;
+}
+
+/* ------------------------------------------------------ the plugin table */
+
+/* This layer's part of the plugin's table (see cuda_ops.h). */
+static hsi_cuda_pipeline_ops make_ops(void)
+{
+    hsi_cuda_pipeline_ops t;
+    memset(&t, 0, sizeof t);
+    t.patches_extract = hsi_patches_extract_cuda;
+    return t;
+}
+
+extern "C" const hsi_cuda_pipeline_ops *hsi_cu_pipeline_ops(void)
+{
+    static const hsi_cuda_pipeline_ops ops = make_ops(); /* thread-safe static init */
+    return &ops;
 }

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "core/cuda_plugin.h"
+#include "kernels/cuda.h"
+#include "models/layers_cuda.h"
 
 #define CHILD_ENV "HSI_TEST_CUDA_PLUGIN_CHILD"
 
