@@ -244,6 +244,76 @@ static void test_prep_roundtrip(void)
     hsi_cube_free(&cube);
 }
 
+static cJSON *doubles(const double *v, int64_t n) { return cJSON_CreateDoubleArray(v, (int)n); }
+
+/* A run directory of an older hsi (pipeline.json version 1: the
+ * normalisation in the JSON, the PCA in pca.bin, no split map) still loads
+ * and predicts the same map; evaluating its test pixels is refused with the
+ * way out named. */
+static void test_v1_run_loads(void)
+{
+    const char *v2 = hsi_test_tmp("api_run"), *v1 = hsi_test_tmp("api_run_v1");
+    hsi_run run, old;
+    char path[4096];
+    HSI_CHECK_OK(hsi_run_load(&run, v2));
+    CU_ASSERT_EQUAL_FATAL(run.prep.has_pca, 1);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/model.safetensors %s/", v1, v2, v1);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/pca.bin", v1);
+    HSI_CHECK_OK(hsi_pca_save(&run.prep.pca, path));
+    const hsi_norm *n = &run.prep.pca.norm;
+    cJSON *j = cJSON_CreateObject(), *nj = cJSON_CreateObject(), *cl = cJSON_CreateArray();
+    cJSON_AddNumberToObject(j, "version", 1);
+    cJSON_AddStringToObject(j, "model", run.model);
+    cJSON_AddNumberToObject(j, "patch", run.patch);
+    cJSON_AddStringToObject(j, "pad", "mirror");
+    cJSON_AddStringToObject(nj, "mode", hsi_norm_mode_name(n->mode));
+    cJSON_AddNumberToObject(nj, "n_cube_bands", (double)n->n_cube_bands);
+    double *b = malloc(sizeof *b * (size_t)n->n_bands);
+    for (int64_t i = 0; i < n->n_bands; i++) b[i] = (double)n->bands[i];
+    cJSON_AddItemToObject(nj, "bands", doubles(b, n->n_bands));
+    free(b);
+    cJSON_AddItemToObject(nj, "scale", doubles(n->scale, n->n_bands));
+    cJSON_AddItemToObject(nj, "center", doubles(n->center, n->n_bands));
+    cJSON_AddItemToObject(nj, "offset", doubles(n->offset, n->n_bands));
+    cJSON_AddItemToObject(nj, "fill", doubles(n->fill, n->n_bands));
+    cJSON_AddItemToObject(j, "normalization", nj);
+    cJSON_AddStringToObject(j, "pca_file", "pca.bin");
+    for (int k = 0; k < run.n_classes; k++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "label", (double)run.label_ids[k]);
+        cJSON_AddStringToObject(e, "name", run.names[k]);
+        cJSON_AddItemToArray(cl, e);
+    }
+    cJSON_AddItemToObject(j, "classes", cl);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/pipeline.json", v1);
+    HSI_CHECK_OK(hsi_write_file_atomic(path, text, strlen(text)));
+    free(text);
+    HSI_CHECK_OK(hsi_run_load(&old, v1));
+    CU_ASSERT_EQUAL(old.roles.ndim, 0);
+    CU_ASSERT_EQUAL(old.n_features, run.n_features);
+    hsi_cube cube;
+    hsi_cube_init(&cube);
+    HSI_CHECK_OK(hsi_cube_open(&cube, CUBE, NULL));
+    const int64_t LS = cube.view.shape[1] * cube.view.shape[2];
+    int32_t *a = malloc(sizeof *a * (size_t)LS), *c = malloc(sizeof *c * (size_t)LS);
+    HSI_CHECK_OK(hsi_run_predict(&run, a, &cube.view, NULL));
+    HSI_CHECK_OK(hsi_run_predict(&old, c, &cube.view, NULL));
+    CU_ASSERT_EQUAL(memcmp(a, c, sizeof *a * (size_t)LS), 0);
+    int rc = hsi_test_run(out, sizeof out, HSI_BIN " eval %s " CUBE " " GT, v1);
+    CU_ASSERT_EQUAL(rc, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--on all"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " CUBE " " GT " --on all", v1), 0);
+    free(a);
+    free(c);
+    hsi_cube_free(&cube);
+    hsi_run_free(&old);
+    hsi_run_free(&run);
+}
+
 /* numpy alone reproduces the preprocessing and the predictions of a run
  * from the documented files (tests/python/reproduce_run.py). */
 static void test_numpy_reproduces_predict(void)
@@ -275,7 +345,8 @@ HSI_SUITE(pipeline_api, 0,
           {"trainer in process = hsi train, byte for byte", test_api_matches_cli},
           {"run directory loads and predicts the same map", test_run_load_predict},
           {"trainer epoch by epoch, stopped by its callback", test_trainer_stepwise_stop},
-          {"preprocessing file round-trip, legacy pca.bin", test_prep_roundtrip})
+          {"preprocessing file round-trip, legacy pca.bin", test_prep_roundtrip},
+          {"an older hsi's run directory (version 1) still predicts", test_v1_run_loads})
 
 HSI_SUITE(pipeline_api_numpy, HSI_SUITE_NEEDS_NUMPY,
           {"numpy alone reproduces hsi predict", test_numpy_reproduces_predict})
