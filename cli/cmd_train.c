@@ -22,11 +22,13 @@ static const char train_usage[] =
     "\n"
     "Splits the labelled pixels, fits normalisation and PCA on the TRAINING pixels\n"
     "only (unless --fit-on all), trains a CNN with validation each epoch, keeps the\n"
-    "best epoch, and writes to DIR: model.safetensors, pipeline.json (+ pca.bin),\n"
-    "metrics.json (OA, AA, kappa, per-class recall/precision/F1, confusion matrix,\n"
-    "split counts, timings), split.json, map.hdr + map (ENVI classification),\n"
-    "map.png (with legend), map.tif (when the cube is georeferenced), train.log,\n"
-    "train_state.safetensors (for --resume).\n"
+    "best epoch, and writes to DIR (created with its parents): model.safetensors,\n"
+    "preprocessing.safetensors, pipeline.json, metrics.json (OA, AA, kappa,\n"
+    "per-class recall/precision/F1, confusion matrix, split counts, timings),\n"
+    "split.hdr (each pixel's role) + split.json, map.hdr + map (ENVI\n"
+    "classification), map.png (with legend), map.tif (when the cube is\n"
+    "georeferenced), train.log, train_state.safetensors (for --resume). The\n"
+    "files are described in docs/run-directory.md.\n"
     "\n"
     "model and data:\n"
     "  --model NAME        cnn2d (default), hybridsn, cnn1d (see --list-models)\n"
@@ -234,7 +236,8 @@ static int run_train_like(int argc, char **argv, const char *cmd, int profile)
     if (st != HSI_OK) return hsi_cli_fail(cmd, st);
     printf("\nOA %.2f %%  AA %.2f %%  kappa %.4f  (%lld test pixels)\n", 100 * res.oa, 100 * res.aa,
            res.kappa, (long long)res.n_test);
-    printf("outputs in %s: model.safetensors pipeline.json metrics.json map.png map.hdr\n", c.out_dir);
+    printf("outputs in %s: model.safetensors preprocessing.safetensors pipeline.json metrics.json "
+           "split.hdr map.hdr map.png\n", c.out_dir);
     printf("map picture: %s/map.png\n", c.out_dir);
     if (profile) {
         const hsi_train_profile *p = &res.prof;
