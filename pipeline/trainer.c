@@ -72,6 +72,10 @@ struct hsi_trainer {
     FILE *log;
     char *p_state, *p_best;
     int on_gpu, have_val, first_epoch, epoch, best_epoch, since_best, stop, finished;
+    /* the epoch in progress (hsi_trainer_step) */
+    int in_epoch;
+    double ep_t0, ep_loss_sum;
+    int64_t ep_correct, ep_seen;
     double best_val, t_start, t_train;
     hsi_step_times pa;
     int64_t samples_total;
@@ -218,75 +222,37 @@ cleanup:
     return st;
 }
 
-/* One epoch over the loader on the CPU; mean loss and accuracy. */
-static hsi_status train_epoch(hsi_trainer *t, double *loss_out, double *acc_out, int64_t *n_out)
+/* One batch on the CPU engine: the step, then the epoch's sums. */
+static hsi_status step_cpu(hsi_trainer *t, const hsi_batch *b, const hsi_ce_opts *ce)
 {
     hsi_status st = HSI_OK;
     const hsi_train_config *c = &t->c;
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
-    hsi_module_train(t->run.net, 1);
-    hsi_ce_opts ce;
-    hsi_ce_opts_default(&ce);
-    for (;;) {
-        hsi_batch *b = NULL;
-        HSI_TRY(hsi_loader_next(t->ld, &b));
-        if (!b) break;
-        int64_t shape[5];
-        int nd = hsi_model_input_shape(c->model, (int)b->n, t->run.n_features, c->patch, shape);
-        hsi_graph_reset(t->g);
-        hsi_tensor *x = NULL, *y = NULL, *logits = NULL;
-        int64_t yshape[1] = {b->n};
-        HSI_TRY(hsi_graph_tensor(&x, t->g, HSI_F32, nd, shape, 0));
-        HSI_TRY(hsi_graph_tensor(&y, t->g, HSI_I32, 1, yshape, 0));
-        memcpy(hsi_tensor_ptr(x), b->x, (size_t)hsi_tensor_count(x) * sizeof(float));
-        memcpy(hsi_tensor_ptr(y), b->y, (size_t)b->n * sizeof(int32_t));
-        double l = 0;
-        HSI_TRY(hsi_train_step(t->run.net, t->opt, t->g, x, y, &ce, &l, &logits, &t->pa));
-        if (!isfinite(l)) {
-            st = HSI_FAIL(HSI_ERR_NUMERIC,
-                          "training diverged: loss is %g at epoch %lld batch %lld (lower --lr?)", l,
-                          (long long)b->epoch, (long long)b->index);
-            goto cleanup;
-        }
-        loss_sum += l * (double)b->n;
-        const float *lp = hsi_tensor_ptr(logits);
-        const int32_t *yy = b->y;
-        int64_t K = logits->data.shape[1];
-        for (int64_t i = 0; i < b->n; i++) {
-            int64_t best = 0;
-            for (int64_t k = 1; k < K; k++)
-                if (lp[i * K + k] > lp[i * K + best]) best = k;
-            correct += best == yy[i];
-        }
-        seen += b->n;
+    int64_t shape[5];
+    int nd = hsi_model_input_shape(c->model, (int)b->n, t->run.n_features, c->patch, shape);
+    hsi_graph_reset(t->g);
+    hsi_tensor *x = NULL, *y = NULL, *logits = NULL;
+    int64_t yshape[1] = {b->n};
+    HSI_TRY(hsi_graph_tensor(&x, t->g, HSI_F32, nd, shape, 0));
+    HSI_TRY(hsi_graph_tensor(&y, t->g, HSI_I32, 1, yshape, 0));
+    memcpy(hsi_tensor_ptr(x), b->x, (size_t)hsi_tensor_count(x) * sizeof(float));
+    memcpy(hsi_tensor_ptr(y), b->y, (size_t)b->n * sizeof(int32_t));
+    double l = 0;
+    HSI_TRY(hsi_train_step(t->run.net, t->opt, t->g, x, y, ce, &l, &logits, &t->pa));
+    if (!isfinite(l))
+        return HSI_FAIL(HSI_ERR_NUMERIC,
+                        "training diverged: loss is %g at epoch %lld batch %lld (lower --lr?)", l,
+                        (long long)b->epoch, (long long)b->index);
+    t->ep_loss_sum += l * (double)b->n;
+    const float *lp = hsi_tensor_ptr(logits);
+    const int32_t *yy = b->y;
+    int64_t K = logits->data.shape[1];
+    for (int64_t i = 0; i < b->n; i++) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < K; k++)
+            if (lp[i * K + k] > lp[i * K + best]) best = k;
+        t->ep_correct += best == yy[i];
     }
-    *loss_out = seen ? loss_sum / (double)seen : 0;
-    *acc_out = seen ? (double)correct / (double)seen : 0;
-    *n_out = seen;
-cleanup:
-    return st;
-}
-
-/* One epoch on the GPU: the loader has already copied each batch to the
- * device on its own stream; the step runs there with no host sync; the loss
- * of the last step is read once per epoch. */
-static hsi_status train_epoch_cuda(hsi_trainer *t, double *loss_out, int64_t *n_out)
-{
-    hsi_status st = HSI_OK;
-    int64_t seen = 0;
-    double t0 = hsi_now();
-    hsi_dmodel_set_lr(t->dm, t->opt->cfg.lr);
-    for (;;) {
-        hsi_batch *b = NULL;
-        HSI_TRY(hsi_loader_next(t->ld, &b));
-        if (!b) break;
-        HSI_TRY(hsi_dmodel_train_step(t->dm, b->x_dev, b->y_dev, b->n));
-        seen += b->n;
-    }
-    HSI_TRY(hsi_dmodel_loss(t->dm, loss_out)); /* waits for the stream */
-    *n_out = seen;
-    t->pa.forward += hsi_now() - t0; /* forward+backward+update are not separated on the device */
+    t->ep_seen += b->n;
 cleanup:
     return st;
 }
@@ -598,28 +564,27 @@ cleanup:
 
 /* ------------------------------------------------------------- epochs */
 
-hsi_status hsi_trainer_epoch(hsi_trainer *t, int *done)
+/* After the loader's last batch of an epoch: validation, schedule, best
+ * weights, the event, the checkpoint, early stopping. */
+static hsi_status end_epoch(hsi_trainer *t)
 {
     hsi_status st = HSI_OK;
     const hsi_train_config *c = &t->c;
     hsi_train_profile *prof = &t->res.prof;
-    *done = 0;
-    if (t->finished || t->stop || t->epoch >= c->epochs) {
-        *done = 1;
-        return HSI_OK;
-    }
     const int epoch = t->epoch;
-    double te = hsi_now(), loss = 0, acc = 0;
-    int64_t n_seen = 0;
+    const int64_t n_seen = t->ep_seen;
+    double loss = 0, acc = 0;
     if (t->on_gpu) {
-        HSI_TRY(train_epoch_cuda(t, &loss, &n_seen));
+        HSI_TRY(hsi_dmodel_loss(t->dm, &loss)); /* the last step's, waits for the stream */
+        t->pa.forward += hsi_now() - t->ep_t0;   /* forward+backward+update are not separated on the device */
         HSI_TRY(hsi_dmodel_to_host(t->dm, t->run.net, 0)); /* validation and checkpoints on the host */
         acc = NAN;
     } else {
-        HSI_TRY(train_epoch(t, &loss, &acc, &n_seen));
+        loss = n_seen ? t->ep_loss_sum / (double)n_seen : 0;
+        acc = n_seen ? (double)t->ep_correct / (double)n_seen : 0;
     }
     t->samples_total += n_seen;
-    double dt = hsi_now() - te;
+    double dt = hsi_now() - t->ep_t0;
     double val_oa = acc;
     if (t->have_val) {
         double tv = hsi_now();
@@ -673,7 +638,56 @@ hsi_status hsi_trainer_epoch(hsi_trainer *t, int *done)
         info(t, "early stop: no validation improvement for %d epochs\n", c->patience);
         t->stop = 1;
     }
-    *done = t->stop || t->epoch >= c->epochs;
+cleanup:
+    return st;
+}
+
+hsi_status hsi_trainer_step(hsi_trainer *t, int *epoch_done, int *done)
+{
+    hsi_status st = HSI_OK;
+    *epoch_done = 0;
+    *done = 0;
+    if (t->finished || t->stop || t->epoch >= t->c.epochs) {
+        *epoch_done = *done = 1;
+        return HSI_OK;
+    }
+    if (!t->in_epoch) {
+        t->in_epoch = 1;
+        t->ep_t0 = hsi_now();
+        t->ep_loss_sum = 0;
+        t->ep_correct = t->ep_seen = 0;
+        if (t->on_gpu) hsi_dmodel_set_lr(t->dm, t->opt->cfg.lr);
+        else hsi_module_train(t->run.net, 1);
+    }
+    hsi_batch *b = NULL;
+    HSI_TRY(hsi_loader_next(t->ld, &b));
+    if (b) {
+        if (t->on_gpu) {
+            /* the loader has copied the batch to the device on its own
+             * stream; the step runs there with no host sync */
+            HSI_TRY(hsi_dmodel_train_step(t->dm, b->x_dev, b->y_dev, b->n));
+            t->ep_seen += b->n;
+        } else {
+            hsi_ce_opts ce;
+            hsi_ce_opts_default(&ce);
+            HSI_TRY(step_cpu(t, b, &ce));
+        }
+        return HSI_OK;
+    }
+    t->in_epoch = 0;
+    HSI_TRY(end_epoch(t));
+    *epoch_done = 1;
+    *done = t->stop || t->epoch >= t->c.epochs;
+cleanup:
+    return st;
+}
+
+hsi_status hsi_trainer_epoch(hsi_trainer *t, int *done)
+{
+    hsi_status st = HSI_OK;
+    int epoch_done = 0;
+    *done = 0;
+    while (!epoch_done) HSI_TRY(hsi_trainer_step(t, &epoch_done, done));
 cleanup:
     return st;
 }

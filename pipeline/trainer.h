@@ -2,7 +2,7 @@
  * a split, preprocessing fitted on the training pixels, a model trained with
  * the autograd engine (validation, early stopping, checkpoints, resume),
  * test metrics, a map and a run directory (run.h) out. Run it in one call
- * (hsi_train_run) or epoch by epoch (hsi_trainer_*); progress goes to a
+ * (hsi_train_run), epoch by epoch or step by step (hsi_trainer_*); progress goes to a
  * callback, never to stdout. The training step itself is hsi_train_step. */
 #ifndef HSI_TRAINER_H
 #define HSI_TRAINER_H
@@ -115,7 +115,14 @@ typedef struct hsi_trainer hsi_trainer;
  * restores the last checkpoint. */
 hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg);
 
-/* One epoch: training steps over the loader, validation, the schedule,
+/* One training step: the next batch of the loader through the model and
+ * the optimiser. When the loader has no batch left, the epoch ends instead:
+ * validation, the schedule, the checkpoint, early stopping, the epoch event;
+ * *epoch_done is then set. *done is set when no epoch is left. */
+hsi_status hsi_trainer_step(hsi_trainer *t, int *epoch_done, int *done);
+
+/* One epoch (hsi_trainer_step until the epoch ends): training steps over the
+ * loader, validation, the schedule,
  * the checkpoint (train_state.safetensors), early stopping. *done is set
  * when no epoch is left (the last one ran, early stopping, or the callback
  * asked to stop). */

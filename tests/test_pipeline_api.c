@@ -163,29 +163,39 @@ static void test_run_load_predict(void)
     hsi_run_free(&run);
 }
 
-/* Epoch by epoch; the callback stops training after the first epoch and
- * the trainer still finishes every file. */
+/* Step by step, then epoch by epoch; the callback stops training after the
+ * second epoch of five and the trainer still finishes every file. */
 static void test_trainer_stepwise_stop(void)
 {
     const char *dir = hsi_test_tmp("api_stop");
     hsi_train_config c;
     config(&c, dir, 5);
-    events ev = {.stop_after = 1};
+    events ev = {.stop_after = 2};
     c.progress = on_event;
     c.progress_ctx = &ev;
     hsi_trainer *t = NULL;
     HSI_CHECK_OK(hsi_trainer_create(&t, &c));
     CU_ASSERT_EQUAL(hsi_trainer_split(t)->n_classes, 8);
     CU_ASSERT_EQUAL(hsi_trainer_run(t)->n_features, 30);
-    int done = 0, epochs = 0;
+    /* the first epoch batch by batch: n_train / batch steps (drop_last), then its end */
+    int64_t n_train = hsi_trainer_split(t)->n[HSI_ROLE_TRAIN];
+    int epoch_done = 0, done = 0, steps = 0, epochs = 1;
+    while (!epoch_done) {
+        HSI_CHECK_OK(hsi_trainer_step(t, &epoch_done, &done));
+        steps++;
+    }
+    CU_ASSERT_EQUAL(steps - 1, n_train / c.batch);
+    CU_ASSERT_EQUAL(ev.epochs, 1);
+    CU_ASSERT_EQUAL(done, 0);
+    /* then by epochs: the callback stops after the second */
     while (!done) {
         HSI_CHECK_OK(hsi_trainer_epoch(t, &done));
         epochs++;
     }
-    CU_ASSERT_EQUAL(epochs, 1);
+    CU_ASSERT_EQUAL(epochs, 2);
     hsi_train_result res;
     HSI_CHECK_OK(hsi_trainer_finish(t, &res));
-    CU_ASSERT_EQUAL(res.epochs_run, 1);
+    CU_ASSERT_EQUAL(res.epochs_run, 2);
     HSI_CHECK_FAILS(hsi_trainer_finish(t, &res), HSI_ERR_STATE, "already");
     hsi_trainer_free(t);
     char path[4096];
@@ -344,7 +354,7 @@ static void test_numpy_reproduces_predict(void)
 HSI_SUITE(pipeline_api, 0,
           {"trainer in process = hsi train, byte for byte", test_api_matches_cli},
           {"run directory loads and predicts the same map", test_run_load_predict},
-          {"trainer epoch by epoch, stopped by its callback", test_trainer_stepwise_stop},
+          {"trainer step by step and epoch by epoch, stopped by its callback", test_trainer_stepwise_stop},
           {"preprocessing file round-trip, legacy pca.bin", test_prep_roundtrip},
           {"an older hsi's run directory (version 1) still predicts", test_v1_run_loads})
 
