@@ -255,16 +255,19 @@ hsi_status hsi_run_evaluate(const hsi_run *r, hsi_metrics *m, const int32_t *map
     const int64_t L = labels->shape[0], S = labels->shape[1];
     const int32_t *lm = labels->buf ? (const int32_t *)((const char *)labels->buf->data + labels->offset) : NULL;
     const int32_t *roles = NULL;
-    if (on == HSI_EVAL_TEST) {
+    const int role = on == HSI_EVAL_TRAIN ? HSI_ROLE_TRAIN : HSI_ROLE_TEST;
+    const char *rname = on == HSI_EVAL_TRAIN ? "training" : "test";
+    if (on != HSI_EVAL_ALL) {
         if (r->roles.ndim != 2)
-            return HSI_FAIL(HSI_ERR_ARG, "evaluate on the test pixels: the run directory has no "
+            return HSI_FAIL(HSI_ERR_ARG, "evaluate on the %s pixels: the run directory has no "
                                          "split.hdr (a run of an older hsi); evaluate on every "
-                                         "labelled pixel instead (hsi eval --on all)");
+                                         "labelled pixel instead (hsi eval --on all)",
+                            rname);
         if (r->roles.shape[0] != L || r->roles.shape[1] != S)
-            return HSI_FAIL(HSI_ERR_ARG, "evaluate on the test pixels: the scene is %lld x %lld but "
+            return HSI_FAIL(HSI_ERR_ARG, "evaluate on the %s pixels: the scene is %lld x %lld but "
                                          "the run's split is %lld x %lld; for another scene use "
                                          "--on all",
-                            (long long)L, (long long)S, (long long)r->roles.shape[0],
+                            rname, (long long)L, (long long)S, (long long)r->roles.shape[0],
                             (long long)r->roles.shape[1]);
         roles = (const int32_t *)((const char *)r->roles.buf->data + r->roles.offset);
     }
@@ -276,7 +279,7 @@ hsi_status hsi_run_evaluate(const hsi_run *r, hsi_metrics *m, const int32_t *map
         goto cleanup;
     }
     for (int64_t i = 0; i < L * S; i++) {
-        if (lm[i] <= 0 || (roles && roles[i] != HSI_ROLE_TEST)) continue;
+        if (lm[i] <= 0 || (roles && roles[i] != role)) continue;
         int k = hsi_run_class_of(r, lm[i]), q = hsi_run_class_of(r, map[i]);
         if (k < 0) {
             unknown++;

@@ -87,7 +87,8 @@ hsi_status hsi_run_write_map(const hsi_run *r, const char *path, const int32_t *
 typedef enum hsi_eval_on {
     HSI_EVAL_TEST = 0, /* the training split's test pixels (needs the run's split.hdr and a
                           scene of its size) */
-    HSI_EVAL_ALL = 1   /* every labelled pixel */
+    HSI_EVAL_ALL = 1,  /* every labelled pixel */
+    HSI_EVAL_TRAIN = 2 /* the training split's training pixels (as HSI_EVAL_TEST) */
 } hsi_eval_on;
 
 /* Scores map against labels ((lines, samples) int32 label values, 0 =
