@@ -81,7 +81,7 @@ SOLIB    := $(BUILD)/libhsi.so.$(SOVER)
 BIN      := $(BUILD)/hsi
 TESTBIN  := $(BUILD)/hsi_tests
 
-.PHONY: all deps test test-cuda san fuzz demo bench install install-check clean fixtures banner format
+.PHONY: all deps test test-cuda test-python python san fuzz demo bench install install-check clean fixtures banner format
 
 all: banner $(LIB) $(SOLIB) $(BIN) $(CU_PLUGIN)
 
@@ -133,6 +133,24 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(TESTBIN)
 	./$(TESTBIN) $(TESTS)
 	$(if $(TESTS),,@bash scripts/install-check.sh)
+	$(if $(TESTS),,@$(MAKE) --no-print-directory test-python)
+
+# The Python package (python/): libhsi.so (and the CUDA plugin) copied into
+# it, installed into a venv over Debian's Python packages.
+PYVENV ?= $(BUILD)/venv
+python: all
+	@rm -rf python/hsi/_lib && mkdir -p python/hsi/_lib
+	cp -L $(BUILD)/libhsi.so.$(SOMAJOR) $(CU_PLUGIN) python/hsi/_lib/
+	@[ -x $(PYVENV)/bin/python ] || /usr/bin/python3 -m venv --system-site-packages $(PYVENV)
+	$(PYVENV)/bin/python -m pip install -q --no-build-isolation --no-deps --force-reinstall ./python
+
+# The package's pytest suite (needs numpy and pytest under /usr/bin/python3:
+# python3-numpy, python3-pytest; skipped with a line when absent).
+test-python:
+	@if /usr/bin/python3 -c 'import numpy, pytest' 2>/dev/null; then \
+	    $(MAKE) --no-print-directory python && \
+	    cd python && HSI_BUILD=../$(BUILD) ../$(PYVENV)/bin/python -m pytest -q -p no:cacheprovider tests; \
+	else echo "test-python: skipped (needs python3-numpy and python3-pytest)"; fi
 
 # CUDA suites only; fails when no device is present.
 test-cuda: deps

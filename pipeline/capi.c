@@ -327,7 +327,21 @@ hsi_status hsi_hcube_write_envi(const hsi_hcube *c, const char *hdr_path, const 
             (long long)v->shape[2], (long long)v->shape[1], (long long)v->shape[0], envi_code(out_dt),
             hsi_interleave_name(o.interleave));
     for (int i = 0; i < n; i++) {
-        if (!keys || !values || !keys[i] || !values[i] || is_storage_key(keys[i])) continue;
+        if (!keys || !values || !keys[i] || !values[i]) continue;
+        char nk[64];
+        hsi_meta_normkey(nk, sizeof nk, keys[i]);
+        if (!strcmp(nk, "byte order")) {
+            if (strcmp(values[i], "0") && strcmp(values[i], "1")) {
+                fclose(fp);
+                st = HSI_FAIL(HSI_ERR_ARG, "%s: 'byte order' must be 0 (little-endian) or 1 "
+                                           "(big-endian), found '%s'",
+                              hdr_path, values[i]);
+                goto cleanup;
+            }
+            o.byte_order = values[i][0] == '1';
+            continue;
+        }
+        if (is_storage_key(keys[i])) continue;
         if (strchr(keys[i], '=') || strchr(keys[i], '\n')) {
             fclose(fp);
             st = HSI_FAIL(HSI_ERR_ARG, "%s: header key '%s' may not hold '=' or a newline", hdr_path,
@@ -432,6 +446,9 @@ const double *hsi_hprep_components(const hsi_hprep *p)
     return p->p->has_pca ? p->p->pca.components : NULL;
 }
 
+const char *hsi_hprep_normalize(const hsi_hprep *p) { return hsi_norm_mode_name(p->p->norm.mode); }
+int hsi_hprep_whiten(const hsi_hprep *p) { return p->p->has_pca && p->p->pca.whiten; }
+
 const double *hsi_hprep_mean(const hsi_hprep *p) { return p->p->has_pca ? p->p->pca.mean : NULL; }
 
 const double *hsi_hprep_explained_variance(const hsi_hprep *p)
@@ -472,16 +489,20 @@ static hsi_status set_option(hsi_train_config *c, const cJSON *o)
 {
     const char *k = o->string;
 #define IS(name) (!strcmp(k, name))
+    char want = 0; /* what the option takes: n number, s string, b boolean */
 #define NUM()                                                                                      \
     do {                                                                                           \
+        want = 'n';                                                                                \
         if (!cJSON_IsNumber(o)) goto bad_type;                                                     \
     } while (0)
 #define STR()                                                                                      \
     do {                                                                                           \
+        want = 's';                                                                                \
         if (!cJSON_IsString(o)) goto bad_type;                                                     \
     } while (0)
 #define BOOL()                                                                                     \
     do {                                                                                           \
+        want = 'b';                                                                                \
         if (!cJSON_IsBool(o) && !cJSON_IsNumber(o)) goto bad_type;                                 \
     } while (0)
     const double d = o->valuedouble;
@@ -543,9 +564,15 @@ static hsi_status set_option(hsi_train_config *c, const cJSON *o)
     }
     return HSI_OK;
 bad_type:
-    return HSI_FAIL(HSI_ERR_ARG, "training option '%s' has the wrong type", k);
+    return HSI_FAIL(HSI_ERR_ARG, "training option '%s': expected %s, found %s", k,
+                    want == 'n' ? "a number" : want == 's' ? "a string" : "true or false",
+                    cJSON_IsString(o) ? "a string" : cJSON_IsNumber(o) ? "a number"
+                    : cJSON_IsBool(o) ? "a boolean" : cJSON_IsNull(o) ? "null" : "a list or object");
 bad_value:
-    return HSI_FAIL(HSI_ERR_ARG, "training option '%s' has a value out of its range", k);
+    if (cJSON_IsString(o))
+        return HSI_FAIL(HSI_ERR_ARG, "training option '%s': '%s' is not one of its values", k,
+                        o->valuestring);
+    return HSI_FAIL(HSI_ERR_ARG, "training option '%s': %g is out of its range", k, d);
 #undef IS
 #undef NUM
 #undef STR
@@ -649,6 +676,14 @@ const char *hsi_hrun_class_name(const hsi_hrun *r, int k)
 
 const hsi_hprep *hsi_hrun_prep(const hsi_hrun *r) { return &r->prep; }
 int hsi_hrun_has_split(const hsi_hrun *r) { return r->run.roles.ndim == 2; }
+
+int hsi_hrun_split_shape(const hsi_hrun *r, int64_t *n_lines, int64_t *n_samples)
+{
+    if (r->run.roles.ndim != 2) return 0;
+    *n_lines = r->run.roles.shape[0];
+    *n_samples = r->run.roles.shape[1];
+    return 1;
+}
 
 hsi_status hsi_hrun_roles(const hsi_hrun *r, uint8_t *roles, int64_t n_lines, int64_t n_samples)
 {

@@ -114,9 +114,10 @@ hsi_status hsi_hcube_stats(const hsi_hcube *c, const uint8_t *mask, double *mean
 /* Writes c as an ENVI cube (atomically): interleave "bsq"/"bil"/"bip"
  * (NULL = bsq), dtype a numpy name (NULL = as c); header keys from
  * keys/values (n pairs, values as they would appear in a header, braces
- * optional), e.g. {"wavelength", "{400, 410, 420}"}; keys hsi sets itself
- * (samples, lines, bands, data type, interleave, byte order, header offset)
- * are ignored. */
+ * optional), e.g. {"wavelength", "{400, 410, 420}"}; "byte order" ("0"
+ * little-endian, the default, or "1" big-endian) chooses the file's byte
+ * order; the other keys hsi sets itself (samples, lines, bands, data type,
+ * interleave, header offset) are ignored. */
 hsi_status hsi_hcube_write_envi(const hsi_hcube *c, const char *hdr_path, const char *interleave,
                                 const char *dtype, const char *const *keys,
                                 const char *const *values, int n);
@@ -143,6 +144,8 @@ int64_t hsi_hprep_n_out(const hsi_hprep *p);      /* output features */
 int64_t hsi_hprep_n_in(const hsi_hprep *p);       /* cube bands it applies to */
 int64_t hsi_hprep_n_bands(const hsi_hprep *p);    /* selected bands */
 const int64_t *hsi_hprep_bands(const hsi_hprep *p); /* (n_bands) 0-based */
+const char *hsi_hprep_normalize(const hsi_hprep *p); /* "zscore", ... */
+int hsi_hprep_whiten(const hsi_hprep *p);            /* 1: PCA scores whitened */
 /* PCA only (NULL otherwise): (n_out, n_bands) components row-major, (n_bands)
  * mean, (n_out) explained variance and its ratio. */
 const double *hsi_hprep_components(const hsi_hprep *p);
@@ -194,6 +197,8 @@ const hsi_hprep *hsi_hrun_prep(const hsi_hrun *r);
 /* 1 when the run holds its split (split.hdr); roles: caller-allocated
  * (lines * samples) uint8, 0 unused, 1 train, 2 validation, 3 test. */
 int hsi_hrun_has_split(const hsi_hrun *r);
+/* The split's (lines, samples): 1 when the run holds one. */
+int hsi_hrun_split_shape(const hsi_hrun *r, int64_t *n_lines, int64_t *n_samples);
 hsi_status hsi_hrun_roles(const hsi_hrun *r, uint8_t *roles, int64_t n_lines, int64_t n_samples);
 
 /* Predicts every pixel of c: map is a caller-allocated (lines, samples)
