@@ -158,12 +158,19 @@ test-cuda: deps
 	./$(TESTBIN) --require-cuda cuda
 
 # Address + undefined-behaviour sanitizers over the whole suite (CPU build),
-# the hsi the CLI and training suites run included (build-san/hsi).
+# the hsi the CLI and training suites run included (build-san/hsi), then the
+# Python package's suite over the sanitized libhsi.so (leak checks off: the
+# interpreter's own allocations are not ours).
 san: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-san CUDA=0 OPT="-O1 -fno-omit-frame-pointer" \
 	    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	    build-san/hsi build-san/hsi_tests
+	    build-san/hsi build-san/hsi_tests build-san/libhsi.so.$(SOVER)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./build-san/hsi_tests $(TESTS)
+	@# the Python package over the sanitized libhsi.so (lifetimes, handles, bad arguments)
+	@if [ -z "$(TESTS)" ] && /usr/bin/python3 -c 'import numpy, pytest' 2>/dev/null; then \
+	    cd python && LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+	    UBSAN_OPTIONS=print_stacktrace=1 HSI_LIBRARY=../build-san/libhsi.so.$(SOMAJOR) HSI_BUILD=../build-san \
+	    /usr/bin/python3 -m pytest -q -p no:cacheprovider tests; fi
 
 # libFuzzer on every parser: each tests/fuzz/fuzz_*.c is one target.
 FUZZ_SECONDS ?= 60

@@ -109,8 +109,9 @@ static void test_wrap_and_write(void)
             }
     CU_ASSERT_EQUAL(bad, 0);
     HSI_CHECK_FAILS(hsi_hcube_write_envi(c, path, "bsx", NULL, NULL, NULL, 0), HSI_ERR_ARG, "bsq, bil or bip");
-    HSI_CHECK_FAILS(hsi_hcube_wrap(&back, a, "uint99", shape, strides, 0), HSI_ERR_ARG, "uint99");
     hsi_hcube_free(back);
+    HSI_CHECK_FAILS(hsi_hcube_wrap(&back, a, "uint99", shape, strides, 0), HSI_ERR_ARG, "uint99");
+    CU_ASSERT_PTR_NULL(back);
     hsi_hcube_free(c);
 }
 
@@ -149,8 +150,10 @@ static void test_prep_handle(void)
     hsi_view_release(&f);
     hsi_prep_free(&r);
     hsi_cube_free(&cube);
+    hsi_hprep_free(q);
     HSI_CHECK_FAILS(hsi_hprep_fit(&q, c, NULL, NULL, NULL, 0, "zscroe", 0, 0, 0), HSI_ERR_ARG, "zscroe");
     HSI_CHECK_FAILS(hsi_hprep_fit(&q, c, NULL, NULL, NULL, 0, NULL, 3, 0.5, 0), HSI_ERR_ARG, "not both");
+    CU_ASSERT_PTR_NULL(q);
     free(a);
     free(b);
     hsi_hprep_free(p);
