@@ -81,6 +81,15 @@ def report(title, times, unit=1.0, what="s"):
                 print(f"  hsi is {m / h:6.2f}x {k}")
 
 
+import importlib
+vers = []
+for m in ("numpy", "spectral", "rasterio", "sklearn"):
+    try:
+        vers.append("%s %s" % (m, importlib.import_module(m).__version__))
+    except ImportError:
+        pass
+print("peers:", ", ".join(vers), "| load average %.2f %.2f %.2f" % os.getloadavg())
+
 # the machine's yardstick: memcpy of 512 MiB
 src = np.ones(1 << 28, np.uint16)
 dst = np.empty_like(src)
