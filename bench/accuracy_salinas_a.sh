@@ -37,7 +37,7 @@ cc $CFLAGS bench/split_roles.c build/libhsi.a $LDLIBS -o build/split_roles || ex
 train() { # NAME ARGS...
     local name=$1; shift
     local t0=$(date +%s.%N)
-    if ! $HSI train "$@" --out "$OUT/$name" --quiet > "$OUT/$name.log" 2>&1; then
+    if ! $HSI train "$@" --out "$OUT/$name" --overwrite --quiet > "$OUT/$name.log" 2>&1; then
         echo "{\"run\": \"$name\", \"failed\": true}"; tail -3 "$OUT/$name.log"; return 0
     fi
     local t1=$(date +%s.%N)

@@ -67,6 +67,7 @@ static const char train_usage[] =
     "  --device cpu|cuda|auto   cuda: training steps on the GPU (validation, maps and\n"
     "                      checkpoints on the host; not yet run on a real GPU); auto: cpu\n"
     "  --resume            continue from DIR/train_state.safetensors\n"
+    "  --overwrite         replace a run already in DIR (refused otherwise)\n"
     "  --quiet             no progress lines\n";
 
 static int parse_train_args(hsi_train_config *c, int argc, char **argv, const char *cmd,
@@ -172,6 +173,7 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
             c->threads = (int)k;
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) { NEED("--device"); c->device = v; }
         else if (!strcmp(argv[i], "--resume")) c->resume = 1;
+        else if (!strcmp(argv[i], "--overwrite")) c->overwrite = 1;
         else if (!strcmp(argv[i], "--quiet")) *quiet = 1;
         else if (argv[i][0] == '-' && argv[i][1]) return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         else if (npos < 2) pos[npos++] = argv[i];
@@ -360,7 +362,8 @@ static int eval_run(int argc, char **argv)
         else if (hsi_cli_opt(argc, argv, &i, "--on", &v)) {
             if (v && !strcmp(v, "test")) on = HSI_EVAL_TEST;
             else if (v && !strcmp(v, "all")) on = HSI_EVAL_ALL;
-            else return hsi_cli_usage_error("eval", "--on expects test or all");
+            else if (v && !strcmp(v, "train")) on = HSI_EVAL_TRAIN;
+            else return hsi_cli_usage_error("eval", "--on expects test, train or all");
         } else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
             if (!hsi_cli_parse_int("eval", "--batch", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
             batch = (int)k;
@@ -391,8 +394,8 @@ static int eval_run(int argc, char **argv)
                       (long long)S);
         goto cleanup;
     }
-    if (on == HSI_EVAL_TEST && run.roles.ndim != 2) {
-        st = HSI_FAIL(HSI_ERR_ARG, "%s has no split.hdr (a run of an older hsi): its test pixels "
+    if (on != HSI_EVAL_ALL && run.roles.ndim != 2) {
+        st = HSI_FAIL(HSI_ERR_ARG, "%s has no split.hdr (a run of an older hsi): its split "
                                    "are unknown; score every labelled pixel with --on all",
                       pos[0]);
         goto cleanup;
@@ -408,11 +411,24 @@ static int eval_run(int argc, char **argv)
     if (unknown)
         hsi_warn("%lld labelled pixels have classes the model was not trained on; not scored",
                  (long long)unknown);
-    printf("scored: %s (%lld pixels)\n",
-           on == HSI_EVAL_TEST ? "the training split's test pixels" : "every labelled pixel",
-           (long long)mt.n);
+    static const char *const on_text[] = {"the training split's test pixels", "every labelled pixel",
+                                          "the training split's training pixels (not an honest figure)"};
+    printf("scored: %s (%lld pixels)\n", on_text[on], (long long)mt.n);
     hsi_metrics_print(&mt, stdout, (const char *const *)run.names, 1);
-    if (json) HSI_TRY(hsi_metrics_save_json(&mt, json, (const char *const *)run.names, run.label_ids));
+    if (json) {
+        static const char *const on_key[] = {"test", "all", "train"};
+        cJSON *j = hsi_metrics_json(&mt, (const char *const *)run.names, run.label_ids);
+        char *s = NULL;
+        if (j) {
+            cJSON_AddStringToObject(j, "on", on_key[on]);
+            cJSON_AddNumberToObject(j, "n_unknown", (double)unknown);
+            s = cJSON_Print(j);
+        }
+        cJSON_Delete(j);
+        st = s ? hsi_write_file_atomic(json, s, strlen(s)) : HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        free(s);
+        if (st != HSI_OK) goto cleanup;
+    }
 cleanup:
     if (have_mt) hsi_metrics_free(&mt);
     free(map);
@@ -433,5 +449,6 @@ HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
                        "             testing (DIR/split.hdr): the honest figure, equal to\n"
                        "             DIR/metrics.json on the training scene\n"
                        "  --on all   every labelled pixel of LABELS (another scene; on the\n"
-                       "             training scene this scores the training pixels too)\n",
+                       "             training scene this scores the training pixels too)\n"
+                       "  --on train only the training pixels (how well the model fits them)\n",
                        eval_run})

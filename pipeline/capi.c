@@ -528,6 +528,7 @@ static hsi_status set_option(hsi_train_config *c, const cJSON *o)
     else if (IS("augment")) { BOOL(); c->augment = flag; }
     else if (IS("keep_bad_bands")) { BOOL(); c->keep_bad_bands = flag; }
     else if (IS("resume")) { BOOL(); c->resume = flag; }
+    else if (IS("overwrite")) { BOOL(); c->overwrite = flag; }
     else if (IS("device")) { STR(); c->device = o->valuestring; }
     else if (IS("bands")) { STR(); c->bands_spec = o->valuestring; }
     else if (IS("wavelengths")) { STR(); c->wavelengths_spec = o->valuestring; }

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/threads.h"
 #include "io/cube.h"
@@ -279,6 +280,9 @@ static hsi_status check_config(hsi_train_config *c)
         return HSI_FAIL(HSI_ERR_ARG, "training needs a cube, labels and an output directory");
     if (!c->labels_path && !(c->train_labels && c->test_labels))
         return HSI_FAIL(HSI_ERR_ARG, "training needs labels (or train and test label maps)");
+    int known = 0;
+    for (const hsi_model_spec *s = hsi_model_list(); s && s->name; s++) known |= !strcmp(s->name, c->model);
+    if (!known) return HSI_FAIL(HSI_ERR_ARG, "--model %s: not a model hsi knows (hsi train --list-models)", c->model);
     if (!strcmp(c->model, "cnn1d")) c->patch = 1;
     if (c->patch < 1 || c->patch % 2 == 0 || c->patch > HSI_PATCH_MAX)
         return HSI_FAIL(HSI_ERR_ARG, "--patch must be odd and in 1..%d (got %d)", HSI_PATCH_MAX,
@@ -534,6 +538,21 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
     HSI_TRY(check_config(&t->c));
     t->on_gpu = !strcasecmp(t->c.device, "cuda");
     if (t->c.threads > 0) hsi_threads_set(t->c.threads);
+    if (!t->c.resume && !t->c.overwrite) {
+        static const char *const marks[] = {"pipeline.json", "train_state.safetensors",
+                                            "model.safetensors"};
+        for (size_t i = 0; i < sizeof marks / sizeof *marks; i++) {
+            char *p = hsi_run_path(t->c.out_dir, marks[i]);
+            int there = p && access(p, F_OK) == 0;
+            free(p);
+            if (there) {
+                st = HSI_FAIL(HSI_ERR_ARG, "%s holds a training run already (%s): give --overwrite "
+                                           "to replace it or --resume to continue it",
+                              t->c.out_dir, marks[i]);
+                goto cleanup;
+            }
+        }
+    }
     HSI_TRY(make_dirs(t->c.out_dir));
     if (!(t->p_state = hsi_run_path(t->c.out_dir, "train_state.safetensors")) ||
         !(t->p_best = hsi_run_path(t->c.out_dir, "best.safetensors"))) {
@@ -709,7 +728,13 @@ static hsi_status write_metrics(hsi_trainer *t, const hsi_metrics *mt, double tr
     cJSON_AddNumberToObject(counts, "val", (double)sp->n[HSI_ROLE_VAL]);
     cJSON_AddNumberToObject(counts, "test", (double)sp->n[HSI_ROLE_TEST]);
     cJSON_AddNumberToObject(mj, "best_epoch", t->best_epoch + 1);
-    cJSON_AddNumberToObject(mj, "best_val_oa", t->best_val);
+    if (t->have_val) {
+        cJSON_AddNumberToObject(mj, "best_val_oa", t->best_val);
+        cJSON_AddStringToObject(mj, "epoch_selection", "best validation OA");
+    } else {
+        cJSON_AddNullToObject(mj, "best_val_oa"); /* not measured: no validation pixels */
+        cJSON_AddStringToObject(mj, "epoch_selection", "last epoch (no validation pixels)");
+    }
     cJSON_AddNumberToObject(mj, "epochs_run", t->res.epochs_run);
     prof->total = hsi_now() - t->t_start;
     cJSON *tj = cJSON_AddObjectToObject(mj, "timings_s");
@@ -762,7 +787,7 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
         HSI_TRY(hsi_module_load(r->net, t->p_best, 1, &rep));
     }
     t->res.best_epoch = t->best_epoch + 1;
-    t->res.best_val_oa = t->best_val;
+    t->res.best_val_oa = t->have_val ? t->best_val : NAN;
     info(t, "training: %.1f s, %.0f samples/s, loader wait %.2f s (%.1f %% of the step time); "
             "best epoch %d\n",
          train_time, t->res.train_samples_per_s, ls.wait_s,

@@ -81,6 +81,7 @@ typedef struct hsi_train_config {
     int workers, prefetch;
     const char *device;           /* cpu, cuda, auto */
     int resume;                   /* continue from out_dir/train_state.safetensors */
+    int overwrite;                /* replace a run already in out_dir (else it is refused) */
     int threads;                  /* > 0: threads of the engine and kernels (hsi_threads_set) */
     /* reporting */
     hsi_train_progress_fn progress; /* NULL: silent (train.log is written all the same) */
@@ -100,7 +101,7 @@ typedef struct hsi_train_profile {
 
 typedef struct hsi_train_result {
     double oa, aa, kappa;   /* on the test pixels */
-    double best_val_oa;
+    double best_val_oa;     /* NaN without validation pixels (the last epoch is kept) */
     int best_epoch, epochs_run;
     int64_t n_train, n_val, n_test;
     double train_samples_per_s;

@@ -16,7 +16,7 @@ echo
 echo "== hsi train: cnn2d, 10 % of each class for training (the last epoch is kept),"
 echo "   z-score + PCA 30 fitted on the training pixels only, 11 x 11 patches"
 start=$(date +%s%N)
-$HSI train data_samples/scene.hdr data_samples/scene_gt.hdr --out "$OUT/cnn2d" \
+$HSI train data_samples/scene.hdr data_samples/scene_gt.hdr --out "$OUT/cnn2d" --overwrite \
     --model cnn2d --pca 30 --patch 11 --train 0.1 --epochs ${DEMO_EPOCHS:-25} --seed 1
 end=$(date +%s%N)
 echo

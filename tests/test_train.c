@@ -163,8 +163,60 @@ static void test_train_errors(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--device cuda"));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train --list-models"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "5122176")); /* HybridSN's published count */
+    /* an unknown model is refused before any work, and nothing is created */
+    const char *nodir = hsi_test_tmp("terr_model");
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s --model resnet", nodir), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--model resnet"));
+    CU_ASSERT_PTR_NULL(strstr(out, "split"));
+    CU_ASSERT_NOT_EQUAL(access(nodir, F_OK), 0);
+}
+
+/* A run is not replaced silently; the output folder's parents are created;
+ * without validation pixels no validation OA is claimed; eval names what it
+ * scored. */
+static void test_train_no_silent_overwrite(void)
+{
+    char dir[4096], path[4096];
+    snprintf(dir, sizeof dir, "%s/a/b/run", hsi_test_tmpdir());
+    const char *opts = "--epochs 1 --train 0.03 --val 0 --quiet";
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s", dir, opts), 0);
+    snprintf(path, sizeof path, "%s/metrics.json", dir);
+    cJSON *m = load_json(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(m, "best_val_oa")));
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "epoch_selection")->valuestring,
+                           "last epoch (no validation pixels)");
+    double n_train = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "split_counts"), "train")->valuedouble;
+    cJSON_Delete(m);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char *before = NULL;
+    size_t nb = 0;
+    HSI_CHECK_OK(hsi_read_file(path, &before, &nb));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s --seed 9", dir, opts), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--overwrite"));
+    char *after = NULL;
+    size_t na = 0;
+    HSI_CHECK_OK(hsi_read_file(path, &after, &na));
+    CU_ASSERT(na == nb && memcmp(before, after, nb) == 0); /* untouched */
+    free(after);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s --seed 9 --overwrite", dir,
+                                 opts), 0);
+    HSI_CHECK_OK(hsi_read_file(path, &after, &na));
+    CU_ASSERT(na != nb || memcmp(before, after, nb) != 0); /* replaced, as asked */
+    free(before);
+    free(after);
+    /* eval on the training pixels: their count, and the role in the JSON */
+    const char *ej = hsi_test_tmp("t_on_train.json");
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --on train --json %s", dir, ej), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "training pixels"));
+    cJSON *e = load_json(ej);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "n")->valuedouble, n_train, 0);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(e, "on")->valuestring, "train");
+    cJSON_Delete(e);
 }
 
 HSI_SUITE(train_cli, 0, {"train writes consistent outputs", test_train_outputs},
           {"resume is bit-identical", test_resume_bit_identical},
-          {"bad arguments", test_train_errors})
+          {"bad arguments", test_train_errors},
+          {"no silent overwrite, parents created, no unmeasured validation OA", test_train_no_silent_overwrite})
