@@ -191,7 +191,41 @@ static cJSON *config_json(const hsi_train_config *c, int n_features, int patch)
     cJSON_AddNumberToObject(o, "seed", (double)c->seed);
     cJSON_AddNumberToObject(o, "workers", c->workers);
     cJSON_AddBoolToObject(o, "augment", c->augment);
+    cJSON_AddStringToObject(o, "bands", c->bands_spec ? c->bands_spec : "");
+    cJSON_AddStringToObject(o, "wavelengths", c->wavelengths_spec ? c->wavelengths_spec : "");
+    cJSON_AddBoolToObject(o, "keep_bad_bands", c->keep_bad_bands);
+    cJSON_AddStringToObject(o, "pad", c->pad == HSI_PAD_ZERO ? "zero" : "mirror");
+    cJSON_AddNumberToObject(o, "block", c->block);
+    cJSON_AddNumberToObject(o, "schedule", c->schedule);
     return o;
+}
+
+/* --resume: the options that change the model, the data or the steps must
+ * be the run's (saved with each checkpoint); epochs may grow, and the
+ * loader's workers, patience and threads do not change the results. */
+static hsi_status check_resume_config(const hsi_train_config *c, const cJSON *saved, const char *path)
+{
+    static const char *const free_keys[] = {"epochs", "workers", "features"};
+    hsi_status st = HSI_OK;
+    if (!cJSON_IsObject(saved)) return HSI_OK; /* a checkpoint of an older hsi: nothing to compare */
+    cJSON *now = config_json(c, 0, c->patch);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, saved)
+    {
+        int skip = 0;
+        for (size_t i = 0; i < sizeof free_keys / sizeof *free_keys; i++) skip |= !strcmp(e->string, free_keys[i]);
+        const cJSON *n = cJSON_GetObjectItem(now, e->string);
+        if (skip || !n || cJSON_Compare(e, n, 1)) continue;
+        char *a = cJSON_PrintUnformatted(e), *b = cJSON_PrintUnformatted(n);
+        st = HSI_FAIL(HSI_ERR_ARG, "--resume: '%s' was %s in the run (%s) and is %s now; resume with "
+                                   "the run's options, or start again with --overwrite",
+                      e->string, a ? a : "?", path, b ? b : "?");
+        free(a);
+        free(b);
+        break;
+    }
+    cJSON_Delete(now);
+    return st;
 }
 
 /* ------------------------------------------------------------- the step */
@@ -475,13 +509,26 @@ static hsi_status build_model(hsi_trainer *t)
             t->best_epoch = be->valueint;
             t->since_best = sb->valueint;
         }
+        st = check_resume_config(c, cJSON_GetObjectItem(rj, "config"), t->p_state);
         cJSON_Delete(rj);
+        if (st != HSI_OK) goto cleanup;
         t->first_epoch = ep;
         if (t->first_epoch >= c->epochs)
             return HSI_FAIL(HSI_ERR_ARG, "--resume: %s already holds %d epochs; ask for more with "
                                          "--epochs N (N > %d)",
                             t->p_state, ep, ep);
         info(t, "resuming after epoch %d from %s\n", ep, t->p_state);
+        if (sc->kind != HSI_SCHED_CONSTANT && sc->total != c->epochs) {
+            /* the saved schedule was planned for its own epoch count: plan it
+             * for the new one and go on from where the run stopped */
+            int was = sc->total;
+            sc->total = c->epochs;
+            sc->step_size = c->epochs > 3 ? c->epochs / 3 : 1;
+            t->opt->cfg.lr = hsi_sched_lr_at(sc, sc->epoch);
+            info(t, "schedule: planned for %d epochs, re-planned for %d; epoch %d goes on at lr %.3g "
+                    "(a run of %d epochs from the start would have had other rates before)\n",
+                 was, c->epochs, ep + 1, t->opt->cfg.lr, c->epochs);
+        }
     } else {
         hsi_sched_begin(sc, t->opt);
     }
@@ -647,10 +694,17 @@ static hsi_status end_epoch(hsi_trainer *t)
                           .eta_s = eta};
     if (emit(t, &ev, line, NULL)) t->stop = 1;
     if (!t->on_gpu) {
-        char rs[160];
-        snprintf(rs, sizeof rs, "{\"best_val\": %.17g, \"best_epoch\": %d, \"since_best\": %d}",
-                 t->best_val, t->best_epoch, t->since_best);
-        HSI_TRY(hsi_train_save(t->p_state, t->run.net, t->opt, &t->sched, epoch + 1, rs));
+        cJSON *rj = cJSON_CreateObject();
+        cJSON_AddNumberToObject(rj, "best_val", t->best_val);
+        cJSON_AddNumberToObject(rj, "best_epoch", t->best_epoch);
+        cJSON_AddNumberToObject(rj, "since_best", t->since_best);
+        cJSON_AddItemToObject(rj, "config", config_json(c, 0, c->patch));
+        char *rs = cJSON_PrintUnformatted(rj);
+        cJSON_Delete(rj);
+        if (!rs) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        st = hsi_train_save(t->p_state, t->run.net, t->opt, &t->sched, epoch + 1, rs);
+        free(rs);
+        if (st != HSI_OK) goto cleanup;
     }
     t->epoch = epoch + 1;
     if (c->patience > 0 && t->have_val && t->since_best >= c->patience) {

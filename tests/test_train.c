@@ -216,7 +216,27 @@ static void test_train_no_silent_overwrite(void)
     cJSON_Delete(e);
 }
 
+/* --resume refuses options that change the model, the data or the steps,
+ * and says how a cosine schedule planned for fewer epochs goes on. */
+static void test_resume_checks_options(void)
+{
+    const char *dir = hsi_test_tmp("rchk");
+    const char *opts = "--train 0.03 --val 0 --quiet --seed 5";
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s --epochs 1", dir, opts), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s --epochs 2 --resume --patch 7",
+                                 dir, opts), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "'patch' was 11"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s --epochs 2 --resume --lr 0.01",
+                                 dir, opts), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "'lr' was 0.001"));
+    /* more epochs of the same run: accepted, the schedule re-planned and said so */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s --train 0.03 --val 0 --seed 5 "
+                                 "--epochs 2 --resume", dir), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "re-planned for 2"));
+}
+
 HSI_SUITE(train_cli, 0, {"train writes consistent outputs", test_train_outputs},
           {"resume is bit-identical", test_resume_bit_identical},
           {"bad arguments", test_train_errors},
-          {"no silent overwrite, parents created, no unmeasured validation OA", test_train_no_silent_overwrite})
+          {"no silent overwrite, parents created, no unmeasured validation OA", test_train_no_silent_overwrite},
+          {"resume refuses changed options, re-plans the schedule and says so", test_resume_checks_options})
