@@ -1,5 +1,6 @@
 /* cube.c — hsi_cube lifetime and the content-based open dispatcher: ENVI
- * header text or a data file with an ENVI side-car -> ENVI; MATLAB magic ->
+ * header text, or a data file without a format signature of its own that
+ * has an ENVI side-car -> ENVI; MATLAB magic ->
  * matio; Princeton SPE checks -> SPE; anything else -> GDAL. Each format's
  * reader lives in its own file; this file only chooses. */
 #define _GNU_SOURCE
@@ -67,6 +68,27 @@ static int file_looks_envi(const char *path)
     return looks_envi(buf, n);
 }
 
+static uint32_t rd32(const uint8_t *p, int big)
+{
+    return big ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]
+               : (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+}
+
+/* A file whose first bytes say what it is (TIFF with an IFD inside the file,
+ * BigTIFF, PNG, HDF5, NetCDF classic, MATLAB): its own content decides, not
+ * an ENVI header that happens to sit beside it (hsi writes map.hdr and
+ * map.tif side by side). Raw data and SPE files keep the side-car rule. */
+static int self_describing(const uint8_t *p, size_t n)
+{
+    if (n >= 8 && (!memcmp(p, "II*\0", 4) || !memcmp(p, "MM\0*", 4)))
+        return rd32(p + 4, p[0] == 'M') >= 8 && rd32(p + 4, p[0] == 'M') < n;
+    if (n >= 16 && (!memcmp(p, "II+\0", 4) || !memcmp(p, "MM\0+", 4))) return 1;
+    if (n >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8)) return 1;
+    if (n >= 8 && !memcmp(p, "\x89HDF\r\n\x1a\n", 8)) return 1;
+    if (n >= 4 && !memcmp(p, "CDF", 3) && (p[3] == 1 || p[3] == 2 || p[3] == 5)) return 1;
+    return hsi_mat_probe(p, n);
+}
+
 static int has_ext(const char *path, const char *ext)
 {
     size_t n = strlen(path), e = strlen(ext);
@@ -106,7 +128,8 @@ hsi_status hsi_cube_open(hsi_cube *out, const char *path, const hsi_open_options
 
     /* 1. ENVI: the header itself, or a data file with an ENVI side-car */
     int envi = (n > 0 && looks_envi(p, n < 65536 ? n : 65536));
-    if (!envi && hsi_envi_find_header(&hdr, path) == HSI_OK && hdr && file_looks_envi(hdr))
+    if (!envi && !self_describing(p, n) && hsi_envi_find_header(&hdr, path) == HSI_OK && hdr &&
+        file_looks_envi(hdr))
         envi = 1;
     hsi_clear_error();
     if (envi) {

@@ -185,7 +185,36 @@ static void test_convert_roundtrip(void)
     CU_ASSERT_EQUAL(access(bad, F_OK), -1);
 }
 
+/* hsi reads what it writes: a GeoTIFF or PNG beside an ENVI header of the
+ * same name is opened by its own content, not through the header. */
+static void test_content_before_sidecar(void)
+{
+    char base[4096];
+    snprintf(base, sizeof base, "%s", hsi_test_tmp("sidecar"));
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, "mkdir -p %s && cp data_samples/scene.hdr data_samples/scene.img %s/",
+                                       base, base), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " convert %s/scene.hdr %s/scene.tif", base, base), 0);
+    char tif[4200], hdr[4200];
+    snprintf(tif, sizeof tif, "%s/scene.tif", base);
+    snprintf(hdr, sizeof hdr, "%s/scene.hdr", base);
+    hsi_cube t, e;
+    hsi_cube_init(&t);
+    hsi_cube_init(&e);
+    HSI_CHECK_OK(hsi_cube_open(&t, tif, NULL));
+    HSI_CHECK_OK(hsi_cube_open(&e, hdr, NULL));
+    CU_ASSERT_STRING_EQUAL(t.meta.format, "gdal");
+    CU_ASSERT(t.view.shape[0] == 128 && t.view.shape[1] == 96 && t.view.shape[2] == 96);
+    int64_t idx[3] = {77, 50, 13};
+    HSI_ASSERT_NEAR(hsi_view_get_f64(&t.view, idx), hsi_view_get_f64(&e.view, idx), 0);
+    hsi_cube_free(&t);
+    hsi_cube_free(&e);
+    /* and the raw data file itself still goes through its header */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " info %s/scene.img", base), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "envi"));
+}
+
 HSI_SUITE(cli, 0, {"help and usage errors", test_help},
           {"synth reproduces data_samples", test_synth_reproduces_samples},
           {"info --json", test_info_json}, {"info with missing data file", test_info_missing_data},
-          {"convert round trip", test_convert_roundtrip})
+          {"convert round trip", test_convert_roundtrip},
+          {"a file's own format before an ENVI side-car", test_content_before_sidecar})
