@@ -24,7 +24,7 @@ if [ -n "${HSI_BENCH_BIG_GIB:-}" ]; then
     printf 'ENVI\nsamples = %d\nlines = %d\nbands = %d\nheader offset = 0\nfile type = ENVI Standard\ndata type = 12\ninterleave = bil\nbyte order = 0\n' \
         $S $L $B > "$DIR/big.hdr"
     echo "== hsi preprocess --normalize zscore --pca 30 on a ${HSI_BENCH_BIG_GIB} GiB sparse cube ($B x $L x $S)"
-    /usr/bin/time -v ./build/hsi preprocess "$DIR/big.hdr" "$DIR/big_pca.hdr" --normalize zscore --pca 30 \
+    /usr/bin/time -v ./build/hsi preprocess "$DIR/big.hdr" "$DIR/big_pca.hdr" --overwrite --normalize zscore --pca 30 \
         2> bench/out/kernels_big_time.txt || true
     grep -E "Elapsed|Maximum resident|Exit status" bench/out/kernels_big_time.txt
     tail -3 bench/out/kernels_big_time.txt | head -0

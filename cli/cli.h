@@ -43,4 +43,11 @@ int hsi_cli_parse_int(const char *cmd, const char *opt, const char *s, long long
                       long long *out);
 int hsi_cli_parse_double(const char *cmd, const char *opt, const char *s, double *out);
 
+/* Before writing `out` (for an ENVI .hdr also its data file, the .hdr
+ * stripped): refused when it is one of the input's files (header or data,
+ * after links: the same device and inode), and, unless overwrite, when it
+ * exists already. in_header/in_data may be NULL. */
+hsi_status hsi_cli_check_output(const char *out, const char *in_header, const char *in_data,
+                                int overwrite);
+
 #endif

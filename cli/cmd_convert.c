@@ -111,7 +111,7 @@ static int convert_run(int argc, char **argv)
     const char *in = NULL, *out = NULL, *bands = NULL;
     hsi_envi_write_options o;
     hsi_envi_write_options_init(&o);
-    int have_il = 0, have_bo = 0;
+    int have_il = 0, have_bo = 0, overwrite = 0;
     hsi_open_options oo = {NULL, 0};
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -138,6 +138,8 @@ static int convert_run(int argc, char **argv)
             bands = v;
         } else if (hsi_cli_opt(argc, argv, &i, "--var", &v)) {
             oo.var = v;
+        } else if (!strcmp(argv[i], "--overwrite")) {
+            overwrite = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return hsi_cli_usage_error("convert", "unknown option '%s'", argv[i]);
         } else if (!in) {
@@ -159,6 +161,7 @@ static int convert_run(int argc, char **argv)
     hsi_cube_init(&c);
     int64_t *sel = NULL, n_sel = 0;
     hsi_status st = hsi_cube_open(&c, in, &oo);
+    if (st == HSI_OK) st = hsi_cli_check_output(out, c.header_path, c.data_path, overwrite);
     if (st == HSI_OK) {
         if (!have_il) o.interleave = c.meta.interleave;
         if (bands) {
@@ -185,12 +188,13 @@ static int convert_run(int argc, char **argv)
 HSI_CLI_COMMAND(convert, {"convert", "convert a cube to ENVI (any layout/type) or GeoTIFF",
                           "usage: hsi convert IN OUT.hdr|OUT.tif [--interleave bsq|bil|bip]\n"
                           "                   [--dtype NAME] [--byte-order little|big]\n"
-                          "                   [--bands SPEC] [--var NAME]\n"
+                          "                   [--bands SPEC] [--var NAME] [--overwrite]\n"
                           "\n"
                           "Reads IN (ENVI, SPE, .mat, any GDAL raster) and writes OUT: ENVI when\n"
                           "it ends in .hdr (data file beside it without the .hdr), GeoTIFF when\n"
                           "it ends in .tif (georeferenced from map info / coordinate system).\n"
                           "Lines are streamed in tiles; the output appears only when complete.\n"
+                          "An existing OUT is replaced only with --overwrite, never when it is IN.\n"
                           "\n"
                           "  --interleave   output interleave (default: the input's)\n"
                           "  --dtype        numpy name: uint8 int16 uint16 int32 uint32 int64 uint64\n"

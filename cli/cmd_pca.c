@@ -12,9 +12,9 @@ static const char usage[] =
     "usage: hsi pca fit IN MODEL [-k K | --variance F] [--whiten] [--mask LABELS]\n"
     "                   [--bands SPEC] [--wavelengths SPEC] [--drop-bbl]\n"
     "                   [--normalize none|zscore|minmax|global-minmax|l2]\n"
-    "                   [--tile-lines N] [--threads N]\n"
+    "                   [--tile-lines N] [--threads N] [--overwrite]\n"
     "       hsi pca apply MODEL IN OUT.hdr [--interleave bsq|bil|bip] [--tile-lines N]\n"
-    "                   [--threads N]\n"
+    "                   [--threads N] [--overwrite]\n"
     "\n"
     "fit: covariance of the selected (and normalised) spectra of IN by ssyrk over\n"
     "pixel blocks, eigenpairs by LAPACK dsyevr; keeps K components (default 10) or\n"
@@ -32,7 +32,7 @@ static int fit(int argc, char **argv)
     const char *cmd = "pca fit", *in = NULL, *model = NULL;
     kcli_opts ko = {.normalize = "none"};
     const char *mask_path = NULL, *v = NULL;
-    int whiten = 0;
+    int whiten = 0, overwrite = 0;
     long long k = 0;
     double frac = 0;
     for (int i = 1; i < argc; i++) {
@@ -40,6 +40,7 @@ static int fit(int argc, char **argv)
         if (r < 0) return HSI_EXIT_USAGE;
         if (r) continue;
         if (!strcmp(argv[i], "--whiten")) whiten = 1;
+        else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
         else if (hsi_cli_opt(argc, argv, &i, "-k", &v)) {
             if (!hsi_cli_parse_int(cmd, "-k", v, 1, 1 << 20, &k)) return HSI_EXIT_USAGE;
         } else if (hsi_cli_opt(argc, argv, &i, "--variance", &v)) {
@@ -70,6 +71,7 @@ static int fit(int argc, char **argv)
     hsi_prep p = {0};
     hsi_cube_init(&c);
     HSI_TRY(hsi_cube_open(&c, in, NULL));
+    HSI_TRY(hsi_cli_check_output(model, c.header_path, c.data_path, overwrite));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
     HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "-k"));
     HSI_TRY(hsi_prep_save(&p, model));
@@ -96,12 +98,15 @@ static int apply(int argc, char **argv)
 {
     const char *cmd = "pca apply", *model = NULL, *in = NULL, *out = NULL, *il_s = "bsq";
     kcli_opts ko = {0};
+    int overwrite = 0;
     for (int i = 1; i < argc; i++) {
         int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_TILES);
         if (r < 0) return HSI_EXIT_USAGE;
         if (r) continue;
         if (hsi_cli_opt(argc, argv, &i, "--interleave", &il_s)) {
             if (!il_s) return hsi_cli_usage_error(cmd, "--interleave needs bsq, bil or bip");
+        } else if (!strcmp(argv[i], "--overwrite")) {
+            overwrite = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!model) {
@@ -126,6 +131,7 @@ static int apply(int argc, char **argv)
     hsi_cube_init(&c);
     HSI_TRY(hsi_prep_load(&p, model));
     HSI_TRY(hsi_cube_open(&c, in, NULL));
+    HSI_TRY(hsi_cli_check_output(out, c.header_path, c.data_path, overwrite));
     if (p.n_cube_bands != c.view.shape[0]) {
         st = HSI_FAIL(HSI_ERR_ARG, "%s: the model %s was fitted on a %lld-band cube, this one has %lld bands", in,
                       model, (long long)p.n_cube_bands, (long long)c.view.shape[0]);

@@ -15,7 +15,7 @@ static const char usage[] =
     "                      [--normalize none|zscore|minmax|global-minmax|l2]\n"
     "                      [--pca K | --pca-variance F] [--whiten] [--fit-mask LABELS]\n"
     "                      [--save-model MODEL] [--interleave bsq|bil|bip]\n"
-    "                      [--tile-lines N] [--threads N]\n"
+    "                      [--tile-lines N] [--threads N] [--overwrite]\n"
     "\n"
     "Reads the raw cube once per step (statistics, PCA fit, output) in tiles, so\n"
     "memory stays bounded whatever the size, and writes float32.\n"
@@ -34,6 +34,7 @@ static const char usage[] =
     "                      (e.g. the training labels: no test pixels in the fit)\n"
     "  --save-model MODEL  also write the fitted transform (safetensors; for 'hsi pca apply')\n"
     "  --interleave I      output interleave (default bsq)\n"
+    "  --overwrite         replace OUT (and MODEL) when they exist (never IN)\n"
     "With --normalize none --pca K the output is (x - mean) . V_k, like scikit-learn's\n"
     "PCA(K).fit_transform up to each component's sign (hsi makes the largest\n"
     "loading of each component positive). Band names read e.g. 'PC1 (41.3 %)'.\n";
@@ -43,7 +44,7 @@ static int run_preprocess(int argc, char **argv)
     const char *cmd = "preprocess", *in = NULL, *out = NULL;
     kcli_opts ko = {.normalize = "none"};
     const char *mask_path = NULL, *model_path = NULL, *il_s = "bsq", *v = NULL;
-    int whiten = 0;
+    int whiten = 0, overwrite = 0;
     long long k = 0;
     double frac = 0;
     for (int i = 1; i < argc; i++) {
@@ -62,6 +63,8 @@ static int run_preprocess(int argc, char **argv)
             if (!model_path) return hsi_cli_usage_error(cmd, "--save-model needs a path");
         } else if (hsi_cli_opt(argc, argv, &i, "--interleave", &il_s)) {
             if (!il_s) return hsi_cli_usage_error(cmd, "--interleave needs bsq, bil or bip");
+        } else if (!strcmp(argv[i], "--overwrite")) {
+            overwrite = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!in) {
@@ -90,6 +93,8 @@ static int run_preprocess(int argc, char **argv)
     hsi_cube_init(&c);
     double t0 = hsi_now();
     HSI_TRY(hsi_cube_open(&c, in, NULL));
+    HSI_TRY(hsi_cli_check_output(out, c.header_path, c.data_path, overwrite));
+    if (model_path) HSI_TRY(hsi_cli_check_output(model_path, c.header_path, c.data_path, overwrite));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
     HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "--pca"));
     char what[256];

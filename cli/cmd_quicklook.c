@@ -14,7 +14,7 @@
 
 static const char usage[] =
     "usage: hsi quicklook IN OUT.png [--rgb R,G,B | --bands R,G,B] [--stretch P]\n"
-    "                     [--var NAME] [--image N] [--labels] [--no-legend]\n"
+    "                     [--var NAME] [--image N] [--labels] [--no-legend] [--overwrite]\n"
     "\n"
     "  --rgb R,G,B     wavelengths in nm; the nearest bands are used (default\n"
     "                  640,550,460 when the cube has wavelengths)\n"
@@ -145,7 +145,7 @@ static int run_quicklook(int argc, char **argv)
     const char *var = NULL;
     double pct = 2.0;
     long long image = 0;
-    int force_labels = 0, legend = 1;
+    int force_labels = 0, legend = 1, overwrite = 0;
     for (int i = 1; i < argc; i++) {
         if (hsi_cli_opt(argc, argv, &i, "--rgb", &v)) {
             if (!(rgb = v)) return hsi_cli_usage_error(cmd, "--rgb needs a value");
@@ -164,6 +164,8 @@ static int run_quicklook(int argc, char **argv)
             force_labels = 1;
         } else if (!strcmp(argv[i], "--no-legend")) {
             legend = 0;
+        } else if (!strcmp(argv[i], "--overwrite")) {
+            overwrite = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!in) {
@@ -181,7 +183,8 @@ static int run_quicklook(int argc, char **argv)
         return hsi_cli_usage_error(cmd, "OUT must end in .png, got '%s'", out);
 
     hsi_labels l;
-    hsi_status st;
+    hsi_status st = hsi_cli_check_output(out, in, NULL, overwrite);
+    if (st != HSI_OK) return hsi_cli_fail(cmd, st);
     if (force_labels) {
         if ((st = hsi_labels_open(&l, in, var)) != HSI_OK) return hsi_cli_fail(cmd, st);
         int rc = labels_png(cmd, &l, out, legend);

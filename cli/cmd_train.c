@@ -299,7 +299,7 @@ HSI_CLI_COMMAND(profile, {"profile", "per-stage timings of a job: hsi profile tr
 static int predict_run(int argc, char **argv)
 {
     const char *pos[3] = {NULL, NULL, NULL}, *var = NULL;
-    int npos = 0, batch = 256, verbose = 1;
+    int npos = 0, batch = 256, verbose = 1, overwrite = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         long long k;
@@ -308,6 +308,7 @@ static int predict_run(int argc, char **argv)
             if (!hsi_cli_parse_int("predict", "--batch", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
             batch = (int)k;
         } else if (!strcmp(argv[i], "--quiet")) verbose = 0;
+        else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
         else if (argv[i][0] == '-' && argv[i][1]) return hsi_cli_usage_error("predict", "unknown option '%s'", argv[i]);
         else if (npos < 3) pos[npos++] = argv[i];
         else return hsi_cli_usage_error("predict", "too many arguments");
@@ -321,6 +322,7 @@ static int predict_run(int argc, char **argv)
     hsi_cube_init(&cube);
     HSI_TRY(hsi_run_load(&run, pos[0]));
     HSI_TRY(hsi_cube_open(&cube, pos[1], &(hsi_open_options){var, 0}));
+    HSI_TRY(hsi_cli_check_output(pos[2], cube.header_path, cube.data_path, overwrite));
     HSI_TRY(hsi_prep_check(&run.prep, &cube.view, pos[1]));
     const int64_t L = cube.view.shape[1], S = cube.view.shape[2];
     if (!(map = malloc((size_t)(L * S) * sizeof *map))) {
@@ -340,7 +342,7 @@ cleanup:
 }
 
 HSI_CLI_COMMAND(predict, {"predict", "classify every pixel of a cube with a trained model",
-                          "usage: hsi predict DIR CUBE OUT [--var NAME] [--batch N] [--quiet]\n"
+                          "usage: hsi predict DIR CUBE OUT [--var NAME] [--batch N] [--quiet] [--overwrite]\n"
                           "\n"
                           "DIR is an `hsi train` output directory. The cube is preprocessed with\n"
                           "the fitted pipeline and classified in line tiles (memory holds one\n"

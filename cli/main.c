@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #define MAX_CMDS 64
 static const hsi_cli_cmd *cmds[MAX_CMDS];
@@ -80,6 +82,36 @@ int hsi_cli_parse_int(const char *cmd, const char *opt, const char *s, long long
     }
     *out = v;
     return 1;
+}
+
+static int same_file(const struct stat *a, const char *path)
+{
+    struct stat b;
+    return path && stat(path, &b) == 0 && a->st_dev == b.st_dev && a->st_ino == b.st_ino;
+}
+
+hsi_status hsi_cli_check_output(const char *out, const char *in_header, const char *in_data,
+                                int overwrite)
+{
+    char data[4096] = "";
+    size_t n = strlen(out);
+    if (n > 4 && !strcasecmp(out + n - 4, ".hdr") && n - 4 < sizeof data) {
+        memcpy(data, out, n - 4);
+        data[n - 4] = 0;
+    }
+    const char *cand[2] = {out, data[0] ? data : NULL};
+    for (int k = 0; k < 2; k++) {
+        struct stat sb;
+        if (!cand[k] || stat(cand[k], &sb) != 0) continue;
+        if (same_file(&sb, in_header) || same_file(&sb, in_data))
+            return HSI_FAIL(HSI_ERR_ARG, "%s: the output would overwrite the input (%s); write it "
+                                         "elsewhere",
+                            out, cand[k]);
+        if (!overwrite)
+            return HSI_FAIL(HSI_ERR_ARG, "%s exists already; give --overwrite to replace it",
+                            cand[k]);
+    }
+    return HSI_OK;
 }
 
 int hsi_cli_parse_double(const char *cmd, const char *opt, const char *s, double *out)

@@ -11,7 +11,7 @@ echo "== hsi info data_samples/scene.hdr"
 $HSI info data_samples/scene.hdr
 echo
 echo "== hsi quicklook (true colour) -> $OUT/scene.png"
-$HSI quicklook data_samples/scene.hdr "$OUT/scene.png"
+$HSI quicklook data_samples/scene.hdr "$OUT/scene.png" --overwrite
 echo
 echo "== hsi train: cnn2d, 10 % of each class for training (the last epoch is kept),"
 echo "   z-score + PCA 30 fitted on the training pixels only, 11 x 11 patches"

@@ -213,8 +213,47 @@ static void test_content_before_sidecar(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "envi"));
 }
 
+/* Nothing is overwritten without being asked, and never the input: the
+ * header of the input, or its data file under another name. */
+static void test_no_silent_overwrite(void)
+{
+    char base[4096], hdr[4200], before[1 << 13];
+    snprintf(base, sizeof base, "%s", hsi_test_tmp("noover"));
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, "mkdir -p %s && cp data_samples/scene.hdr data_samples/scene.img %s/",
+                                       base, base), 0);
+    snprintf(hdr, sizeof hdr, "%s/scene.hdr", base);
+    FILE *fp = fopen(hdr, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    size_t nb = fread(before, 1, sizeof before, fp);
+    fclose(fp);
+    /* the input itself, even with --overwrite */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert %s %s --dtype uint8 --overwrite", hdr, hdr), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "would overwrite the input"));
+    /* an output whose data file is the input's data file */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " preprocess %s %s/scene.img.hdr --overwrite", hdr, base), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "would overwrite the input"));
+    char after[1 << 13];
+    fp = fopen(hdr, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    size_t na = fread(after, 1, sizeof after, fp);
+    fclose(fp);
+    CU_ASSERT(na == nb && memcmp(before, after, nb) == 0);
+    char stray[4200];
+    snprintf(stray, sizeof stray, "%s/scene", base);
+    CU_ASSERT_NOT_EQUAL(access(stray, F_OK), 0); /* no second data file beside scene.img */
+    /* an existing output: refused, then replaced with --overwrite */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert %s %s/o.hdr", hdr, base), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert %s %s/o.hdr --dtype float32", hdr, base), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--overwrite"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert %s %s/o.hdr --dtype float32 --overwrite", hdr, base),
+                    0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s/q.png", hdr, base), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s/q.png", hdr, base), 1);
+}
+
 HSI_SUITE(cli, 0, {"help and usage errors", test_help},
           {"synth reproduces data_samples", test_synth_reproduces_samples},
           {"info --json", test_info_json}, {"info with missing data file", test_info_missing_data},
           {"convert round trip", test_convert_roundtrip},
-          {"a file's own format before an ENVI side-car", test_content_before_sidecar})
+          {"a file's own format before an ENVI side-car", test_content_before_sidecar},
+          {"no output replaced unasked, never the input", test_no_silent_overwrite})

@@ -150,15 +150,15 @@ static void test_cli_preprocess_pca(void)
     read_pixels(o3, z, 20, 3);
     check_scores(z, sref("scene_zpca3_scores20", 60), 20, 3, 1e-4);
     /* pca fit prints the explained variance of sklearn */
-    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " pca fit " SCENE " %s -k 5", model), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " pca fit " SCENE " %s -k 5 --overwrite", model), 0);
     snprintf(name, sizeof name, "%10.4f", 100 * evr[1]);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, name));
     /* errors name the problem */
-    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --pca 500", o3), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --pca 500 --overwrite", o3), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "only 128 bands"));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " preprocess " SCENE " %s --normalize zscores", o3), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "global-minmax"));
-    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " pca apply %s %s %s", model, o3, o2), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " pca apply %s %s %s --overwrite", model, o3, o2), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "128-band"));
 }
 

@@ -37,15 +37,15 @@ static void test_cube(void)
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
     CU_ASSERT(w == 6 && h == 5 && n == 3);
     /* usage errors exit 2 and name the problem */
-    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 1,2,4", png),
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 1,2,4 --overwrite", png),
                     2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "band 4 is not in 1..3"));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif x.jpg"), 2);
-    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --rgb 640,550,460",
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --rgb 640,550,460 --overwrite",
                         png),
                     2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "wavelengths"));
-    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s", hsi_test_tmp("nothing.img"), png),
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s --overwrite", hsi_test_tmp("nothing.img"), png),
                     1);
 }
 
@@ -58,7 +58,7 @@ static void test_labels(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "label map"));
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
     CU_ASSERT(w > 6 && h >= 4 && n == 3); /* map + legend */
-    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s --no-legend",
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s --no-legend --overwrite",
                         png),
                     0);
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
@@ -78,7 +78,7 @@ static void test_shared(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s --stretch 1", cube, png), 0);
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
     CU_ASSERT(w == 86 && h == 83 && n == 3);
-    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s", gt, png), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s --overwrite", gt, png), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "7 ids present"));
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
     CU_ASSERT(w > 86 && h >= 83);
