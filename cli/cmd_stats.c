@@ -1,6 +1,7 @@
 /* cmd_stats.c — `hsi stats IN`: per-band count, mean, std, min, max (and
  * optional percentiles) of any readable cube in one streaming pass, as a
  * table or JSON. Reads through the kernels; writes nothing. */
+#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,38 +104,47 @@ static int run_stats(int argc, char **argv)
     HSI_TRY(hsi_stats_compute(&s, &sub, &o));
     const hsi_meta *m = &c.meta;
     if (json) {
-        char ig[64] = "null";
-        if (o.has_ignore) snprintf(ig, sizeof ig, "%.17g", o.ignore_value);
-        printf("{\n  \"file\": \"");
-        for (const char *p = in; *p; p++)
-            if (*p == '"' || *p == '\\') printf("\\%c", *p);
-            else if ((unsigned char)*p >= 32) putchar(*p);
-        printf("\",\n  \"lines\": %lld, \"samples\": %lld, \"bands\": %lld,\n  \"dtype\": \"%s\",\n"
-               "  \"ignore_value\": %s,\n  \"masked\": %s,\n  \"stats\": [\n",
-               (long long)c.view.shape[1], (long long)c.view.shape[2], (long long)c.view.shape[0],
-               hsi_dtype_name(c.view.dtype), ig, mk.open ? "true" : "false");
-        for (int64_t i = 0; i < ns; i++) {
-            int64_t b = sel[i], j = b - lo;
-            printf("    {\"band\": %lld", (long long)b + 1);
-            if (m->wavelength) printf(", \"wavelength\": %.10g", m->wavelength[b]);
-            if (m->band_names && m->band_names[b]) {
-                printf(", \"name\": \"");
-                for (const char *p = m->band_names[b]; *p; p++)
-                    if (*p == '"' || *p == '\\') printf("\\%c", *p);
-                    else if ((unsigned char)*p >= 32) putchar(*p);
-                printf("\"");
-            }
-            printf(", \"count\": %lld, \"mean\": %.17g, \"std\": %.17g, \"min\": %.17g, \"max\": %.17g",
-                   (long long)s.count[j], s.mean[j], s.std[j], s.min[j], s.max[j]);
+        /* through cJSON: strings escaped, NaN and inf (a band without a valid
+         * pixel) as null */
+        cJSON *j = cJSON_CreateObject(), *arr = NULL;
+        cJSON_AddStringToObject(j, "file", in);
+        cJSON_AddNumberToObject(j, "lines", (double)c.view.shape[1]);
+        cJSON_AddNumberToObject(j, "samples", (double)c.view.shape[2]);
+        cJSON_AddNumberToObject(j, "bands", (double)c.view.shape[0]);
+        cJSON_AddStringToObject(j, "dtype", hsi_dtype_name(c.view.dtype));
+        if (o.has_ignore) cJSON_AddNumberToObject(j, "ignore_value", o.ignore_value);
+        else cJSON_AddNullToObject(j, "ignore_value");
+        cJSON_AddBoolToObject(j, "masked", mk.open);
+        arr = cJSON_AddArrayToObject(j, "stats");
+        for (int64_t i = 0; arr && i < ns; i++) {
+            int64_t b = sel[i], jj = b - lo;
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "band", (double)b + 1);
+            if (m->wavelength) cJSON_AddNumberToObject(e, "wavelength", m->wavelength[b]);
+            if (m->band_names && m->band_names[b]) cJSON_AddStringToObject(e, "name", m->band_names[b]);
+            cJSON_AddNumberToObject(e, "count", (double)s.count[jj]);
+            cJSON_AddNumberToObject(e, "mean", s.mean[jj]);
+            cJSON_AddNumberToObject(e, "std", s.std[jj]);
+            cJSON_AddNumberToObject(e, "min", s.min[jj]);
+            cJSON_AddNumberToObject(e, "max", s.max[jj]);
             if (nq) {
-                printf(", \"percentiles\": {");
-                for (int k = 0; k < nq; k++)
-                    printf("%s\"%g\": %.10g", k ? ", " : "", q[k], s.percentile[j * nq + k]);
-                printf("}");
+                cJSON *pc = cJSON_AddObjectToObject(e, "percentiles");
+                for (int k = 0; k < nq; k++) {
+                    char key[32];
+                    snprintf(key, sizeof key, "%g", q[k]);
+                    cJSON_AddNumberToObject(pc, key, s.percentile[jj * nq + k]);
+                }
             }
-            printf("}%s\n", i + 1 < ns ? "," : "");
+            cJSON_AddItemToArray(arr, e);
         }
-        printf("  ]\n}\n");
+        char *text = arr ? cJSON_Print(j) : NULL;
+        cJSON_Delete(j);
+        if (!text) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        puts(text);
+        free(text);
     } else {
         printf("# %s: %lld bands x %lld lines x %lld samples, %s%s\n", in, (long long)c.view.shape[0],
                (long long)c.view.shape[1], (long long)c.view.shape[2], hsi_dtype_name(c.view.dtype),

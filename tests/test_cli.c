@@ -251,9 +251,34 @@ static void test_no_silent_overwrite(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s/q.png", hdr, base), 1);
 }
 
+/* stats --json is valid JSON whatever the header's strings hold. */
+static void test_stats_json_escapes(void)
+{
+    const char *hdr = hsi_test_tmp("esc.hdr"), *dat = hsi_test_tmp("esc");
+    FILE *fp = fopen(hdr, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    fprintf(fp, "ENVI\nsamples = 2\nlines = 2\nbands = 2\nheader offset = 0\ndata type = 4\n"
+                "interleave = bsq\nbyte order = 0\nband names = {say \"hi\"\\, \ttabbed}\n");
+    fclose(fp);
+    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    fp = fopen(dat, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    fwrite(v, sizeof v, 1, fp);
+    fclose(fp);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " stats %s --json 2>/dev/null", hdr), 0);
+    cJSON *j = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    cJSON *b0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stats"), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cJSON_GetObjectItem(b0, "name"));
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(b0, "name")->valuestring, "say \"hi\"\\");
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(b0, "mean")->valuedouble, 2.5, 0);
+    cJSON_Delete(j);
+}
+
 HSI_SUITE(cli, 0, {"help and usage errors", test_help},
           {"synth reproduces data_samples", test_synth_reproduces_samples},
           {"info --json", test_info_json}, {"info with missing data file", test_info_missing_data},
           {"convert round trip", test_convert_roundtrip},
           {"a file's own format before an ENVI side-car", test_content_before_sidecar},
-          {"no output replaced unasked, never the input", test_no_silent_overwrite})
+          {"no output replaced unasked, never the input", test_no_silent_overwrite},
+          {"stats --json escapes the header's strings", test_stats_json_escapes})
