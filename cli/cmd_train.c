@@ -303,8 +303,9 @@ static int predict_run(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *v;
         long long k;
-        if (hsi_cli_opt(argc, argv, &i, "--var", &v)) var = v;
-        else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
+        if (hsi_cli_opt(argc, argv, &i, "--var", &v)) {
+            if (!(var = v)) return hsi_cli_usage_error("predict", "--var needs a variable name");
+        } else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
             if (!hsi_cli_parse_int("predict", "--batch", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
             batch = (int)k;
         } else if (!strcmp(argv[i], "--quiet")) verbose = 0;
@@ -353,15 +354,23 @@ HSI_CLI_COMMAND(predict, {"predict", "classify every pixel of a cube with a trai
 static int eval_run(int argc, char **argv)
 {
     const char *pos[3] = {NULL, NULL, NULL}, *var = NULL, *lvar = NULL, *json = NULL;
-    int npos = 0, batch = 256;
+    int npos = 0, batch = 256, as_json = 0, overwrite = 0;
     hsi_eval_on on = HSI_EVAL_TEST;
     for (int i = 1; i < argc; i++) {
         const char *v;
         long long k;
-        if (hsi_cli_opt(argc, argv, &i, "--var", &v)) var = v;
-        else if (hsi_cli_opt(argc, argv, &i, "--labels-var", &v)) lvar = v;
-        else if (hsi_cli_opt(argc, argv, &i, "--json", &v)) json = v;
-        else if (hsi_cli_opt(argc, argv, &i, "--on", &v)) {
+        if (hsi_cli_opt(argc, argv, &i, "--var", &v)) {
+            if (!(var = v)) return hsi_cli_usage_error("eval", "--var needs a variable name");
+        } else if (hsi_cli_opt(argc, argv, &i, "--labels-var", &v)) {
+            if (!(lvar = v)) return hsi_cli_usage_error("eval", "--labels-var needs a variable name");
+        } else if (!strcmp(argv[i], "--json")) {
+            as_json = 1;
+        } else if (hsi_cli_opt(argc, argv, &i, "--out", &v) || hsi_cli_opt(argc, argv, &i, "-o", &v)) {
+            if (!(json = v) || !strcmp(v, "-"))
+                return hsi_cli_usage_error("eval", "--out needs a file name (for stdout: --json)");
+        } else if (!strcmp(argv[i], "--overwrite")) {
+            overwrite = 1;
+        } else if (hsi_cli_opt(argc, argv, &i, "--on", &v)) {
             if (v && !strcmp(v, "test")) on = HSI_EVAL_TEST;
             else if (v && !strcmp(v, "all")) on = HSI_EVAL_ALL;
             else if (v && !strcmp(v, "train")) on = HSI_EVAL_TRAIN;
@@ -389,6 +398,7 @@ static int eval_run(int argc, char **argv)
     HSI_TRY(hsi_cube_open(&cube, pos[1], &(hsi_open_options){var, 0}));
     HSI_TRY(hsi_prep_check(&run.prep, &cube.view, pos[1]));
     HSI_TRY(hsi_labels_open(&lab, pos[2], lvar));
+    if (json) HSI_TRY(hsi_cli_check_output(json, cube.header_path, cube.data_path, overwrite));
     const int64_t L = cube.view.shape[1], S = cube.view.shape[2];
     if (lab.map.shape[0] != L || lab.map.shape[1] != S) {
         st = HSI_FAIL(HSI_ERR_ARG, "%s is %lld x %lld but the cube is %lld x %lld", pos[2],
@@ -415,10 +425,12 @@ static int eval_run(int argc, char **argv)
                  (long long)unknown);
     static const char *const on_text[] = {"the training split's test pixels", "every labelled pixel",
                                           "the training split's training pixels (not an honest figure)"};
-    printf("scored: %s (%lld pixels)\n", on_text[on], (long long)mt.n);
-    hsi_metrics_print(&mt, stdout, (const char *const *)run.names, 1);
-    if (json) {
-        static const char *const on_key[] = {"test", "all", "train"};
+    static const char *const on_key[] = {"test", "all", "train"};
+    if (!as_json) {
+        printf("scored: %s (%lld pixels)\n", on_text[on], (long long)mt.n);
+        hsi_metrics_print(&mt, stdout, (const char *const *)run.names, 1);
+    }
+    if (json || as_json) {
         cJSON *j = hsi_metrics_json(&mt, (const char *const *)run.names, run.label_ids);
         char *s = NULL;
         if (j) {
@@ -427,7 +439,12 @@ static int eval_run(int argc, char **argv)
             s = cJSON_Print(j);
         }
         cJSON_Delete(j);
-        st = s ? hsi_write_file_atomic(json, s, strlen(s)) : HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        if (!s) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        if (as_json) puts(s);
+        if (json) st = hsi_write_file_atomic(json, s, strlen(s));
         free(s);
         if (st != HSI_OK) goto cleanup;
     }
@@ -442,8 +459,9 @@ cleanup:
 }
 
 HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
-                       "usage: hsi eval DIR CUBE LABELS [--on test|all] [--var NAME]\n"
-                       "                [--labels-var NAME] [--json OUT.json] [--batch N]\n"
+                       "usage: hsi eval DIR CUBE LABELS [--on test|train|all] [--var NAME]\n"
+                       "                [--labels-var NAME] [--json] [--out FILE.json] [--overwrite]\n"
+                       "                [--batch N]\n"
                        "\n"
                        "Predicts the scene and prints OA, AA, kappa, per-class recall,\n"
                        "precision, F1 and the confusion matrix.\n"
@@ -452,5 +470,7 @@ HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
                        "             DIR/metrics.json on the training scene\n"
                        "  --on all   every labelled pixel of LABELS (another scene; on the\n"
                        "             training scene this scores the training pixels too)\n"
-                       "  --on train only the training pixels (how well the model fits them)\n",
+                       "  --on train only the training pixels (how well the model fits them)\n"
+                       "  --json     print the metrics as JSON on stdout (and nothing else there)\n"
+                       "  --out F    also write them to F as JSON (-o F)\n",
                        eval_run})

@@ -106,7 +106,7 @@ static void test_train_outputs(void)
     hsi_cube_free(&pc);
     /* eval on the split's test pixels (the default) is metrics.json's OA */
     const char *et = hsi_test_tmp("t1_eval_test.json");
-    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --json %s", dir, et), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --out %s", dir, et), 0);
     cJSON *e = load_json(et);
     CU_ASSERT_PTR_NOT_NULL_FATAL(e);
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "oa")->valuedouble, test_oa, 0);
@@ -114,7 +114,7 @@ static void test_train_outputs(void)
     cJSON_Delete(e);
     /* eval over all labelled pixels agrees with the map */
     const char *ej = hsi_test_tmp("t1_eval.json");
-    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --on all --json %s", dir, ej), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --on all -o %s", dir, ej), 0);
     hsi_cube gt;
     hsi_cube_init(&gt);
     HSI_CHECK_OK(hsi_envi_open(&gt, "data_samples/scene_gt.hdr"));
@@ -207,13 +207,22 @@ static void test_train_no_silent_overwrite(void)
     free(after);
     /* eval on the training pixels: their count, and the role in the JSON */
     const char *ej = hsi_test_tmp("t_on_train.json");
-    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --on train --json %s", dir, ej), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --on train --out %s", dir, ej), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "training pixels"));
     cJSON *e = load_json(ej);
     CU_ASSERT_PTR_NOT_NULL_FATAL(e);
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "n")->valuedouble, n_train, 0);
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(e, "on")->valuestring, "train");
     cJSON_Delete(e);
+    /* --json: JSON alone on stdout, equal to the file */
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --on train --json 2>/dev/null", dir), 0);
+    e = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "n")->valuedouble, n_train, 0);
+    cJSON_Delete(e);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --out -", dir), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --var", dir), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " predict %s data_samples/scene.hdr x.hdr --var", dir), 2);
 }
 
 /* --resume refuses options that change the model, the data or the steps,
