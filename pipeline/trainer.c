@@ -21,6 +21,7 @@
 #include "io/cube.h"
 #include "io/gdal_io.h"
 #include "io/labels.h"
+#include "io/quicklook.h"
 #include "kernels/cuda.h"
 #include "models/checkpoint.h"
 #include "models/model_cuda.h"
@@ -387,21 +388,21 @@ static hsi_status open_and_split(hsi_trainer *t)
     r->n_classes = K;
     r->label_ids = malloc((size_t)K * sizeof *r->label_ids);
     r->names = calloc((size_t)K, sizeof *r->names);
-    if (lref->colors) r->colors = malloc((size_t)K * 3);
-    if (!r->label_ids || !r->names || (lref->colors && !r->colors))
-        return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    r->colors = malloc((size_t)K * 3);
+    if (!r->label_ids || !r->names || !r->colors) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
     for (int k = 0; k < K; k++) {
         int64_t id = sp->class_ids[k];
         r->label_ids[k] = id;
         char buf[32];
-        snprintf(buf, sizeof buf, "class %lld", (long long)id);
+        snprintf(buf, sizeof buf, "Class %lld", (long long)id); /* as the map's header names the rest */
         r->names[k] = strdup(lref->names && id < lref->n_classes && lref->names[id] ? lref->names[id]
                                                                                     : buf);
         if (!r->names[k]) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
-        if (r->colors) {
-            if (id < lref->n_classes) memcpy(r->colors + 3 * k, lref->colors + 3 * id, 3);
-            else memset(r->colors + 3 * k, 128, 3);
-        }
+        /* the label file's colour, or (none, or black for a real class) the
+         * palette the pictures use, by label value */
+        const uint8_t *lc = lref->colors && id < lref->n_classes ? lref->colors + 3 * id : NULL;
+        if (lc && (lc[0] || lc[1] || lc[2])) memcpy(r->colors + 3 * k, lc, 3);
+        else hsi_quicklook_palette((int)id, r->colors + 3 * k);
     }
     info(t, "split (%s, seed %llu): %lld train, %lld validation, %lld test pixels in %d classes\n",
          c->train_labels ? "explicit" : c->split == HSI_SPLIT_DISJOINT ? "spatially disjoint" : "random",

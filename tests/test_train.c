@@ -244,8 +244,42 @@ static void test_resume_checks_options(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "re-planned for 2"));
 }
 
+/* Labels without names or colours (a plain one-band file, as .mat labels
+ * come): the map gets one naming scheme and distinct, non-black colours. */
+static void test_plain_labels_get_a_palette(void)
+{
+    char base[4096];
+    snprintf(base, sizeof base, "%s", hsi_test_tmp("plain"));
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, "mkdir -p %s && cp data_samples/scene_gt %s/gt && printf "
+                                       "'ENVI\\nsamples = 96\\nlines = 96\\nbands = 1\\nheader offset = 0\\n"
+                                       "data type = 1\\ninterleave = bsq\\nbyte order = 0\\n' > %s/gt.hdr",
+                                       base, base, base), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " train data_samples/scene.hdr %s/gt.hdr --out %s/run "
+                                       "--epochs 1 --train 0.03 --quiet", base, base), 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run/map.hdr", base);
+    hsi_cube m;
+    hsi_cube_init(&m);
+    HSI_CHECK_OK(hsi_envi_open(&m, path));
+    CU_ASSERT_EQUAL_FATAL(m.meta.n_classes, 9);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m.meta.class_lookup);
+    int black = 0, same = 0;
+    for (int k = 1; k < 9; k++) {
+        const uint8_t *a = m.meta.class_lookup + 3 * k;
+        black += !a[0] && !a[1] && !a[2];
+        for (int q = 1; q < k; q++) same += !memcmp(a, m.meta.class_lookup + 3 * q, 3);
+        char want[32];
+        snprintf(want, sizeof want, "Class %d", k);
+        CU_ASSERT_STRING_EQUAL(m.meta.class_names[k], want);
+    }
+    CU_ASSERT_EQUAL(black, 0);
+    CU_ASSERT_EQUAL(same, 0);
+    hsi_cube_free(&m);
+}
+
 HSI_SUITE(train_cli, 0, {"train writes consistent outputs", test_train_outputs},
           {"resume is bit-identical", test_resume_bit_identical},
           {"bad arguments", test_train_errors},
           {"no silent overwrite, parents created, no unmeasured validation OA", test_train_no_silent_overwrite},
-          {"resume refuses changed options, re-plans the schedule and says so", test_resume_checks_options})
+          {"resume refuses changed options, re-plans the schedule and says so", test_resume_checks_options},
+          {"labels without colours get a palette and one naming scheme", test_plain_labels_get_a_palette})
