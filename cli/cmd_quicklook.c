@@ -37,8 +37,8 @@ static int labels_png(const char *cmd, const hsi_labels *l, const char *out, int
     if (st != HSI_OK) return hsi_cli_fail(cmd, st);
     int present = 0;
     for (int c = 0; c < l->n_classes; c++) present += l->counts[c] > 0;
-    printf("%s: %lld x %lld label map, %d ids present (0 = unlabelled)%s\n", out,
-           (long long)l->map.shape[0], (long long)l->map.shape[1], present,
+    printf("%s: label map of %lld samples x %lld lines, %d ids present (0 = unlabelled)%s\n", out,
+           (long long)l->map.shape[1], (long long)l->map.shape[0], present,
            legend ? ", with legend" : "");
     return HSI_EXIT_OK;
 }
@@ -122,8 +122,8 @@ static int cube_png(const char *cmd, const hsi_cube *c, const char *out, const c
     }
     hsi_status st = hsi_quicklook_rgb_png(out, v, band, pct, m);
     if (st != HSI_OK) return hsi_cli_fail(cmd, st);
-    printf("%s: %lld x %lld, bands %lld,%lld,%lld (1-based; %s)", out, (long long)v->shape[1],
-           (long long)v->shape[2], (long long)band[0] + 1, (long long)band[1] + 1,
+    printf("%s: %lld samples x %lld lines, bands %lld,%lld,%lld (1-based; %s)", out,
+           (long long)v->shape[2], (long long)v->shape[1], (long long)band[0] + 1, (long long)band[1] + 1,
            (long long)band[2] + 1, how);
     if (have_wl)
         printf(" = %.4g,%.4g,%.4g%s", m->wavelength[band[0]], m->wavelength[band[1]],
