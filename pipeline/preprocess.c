@@ -399,6 +399,22 @@ cleanup:
     return st;
 }
 
+/* The first dimension of tensor `name` with ndim dimensions (0 when it has
+ * another rank); an error when it is missing. */
+static hsi_status tensor_dim0(int64_t *out, const hsi_st_file *f, const char *path, const char *name,
+                              int ndim)
+{
+    hsi_status st = HSI_OK;
+    hsi_view v;
+    int i = hsi_safetensors_find(f, name);
+    if (i < 0) return HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
+    HSI_TRY(hsi_safetensors_view(f, i, &v));
+    *out = v.ndim == ndim ? v.shape[0] : 0;
+    hsi_view_release(&v);
+cleanup:
+    return st;
+}
+
 static hsi_status meta_int(int64_t *out, const hsi_st_file *f, const char *path, const char *key,
                            int64_t lo, int64_t hi)
 {
@@ -463,15 +479,7 @@ static hsi_status load_safetensors(hsi_prep *out, const char *path)
     out->n_cube_bands = nm->n_cube_bands = ncb;
     nm->l2 = (int)l2;
     nm->has_ignore = (int)hig;
-    int bi = hsi_safetensors_find(f, "bands");
-    hsi_view bv;
-    if (bi < 0) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor 'bands' is missing", path);
-        goto cleanup;
-    }
-    HSI_TRY(hsi_safetensors_view(f, bi, &bv));
-    nm->n_bands = bv.ndim == 1 ? bv.shape[0] : 0;
-    hsi_view_release(&bv);
+    HSI_TRY(tensor_dim0(&nm->n_bands, f, path, "bands", 1));
     const int64_t nf = nm->n_bands;
     if (nf < 1 || nf > ncb) {
         st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'bands' must list 1..%lld bands", path, (long long)ncb);
@@ -490,15 +498,8 @@ static hsi_status load_safetensors(hsi_prep *out, const char *path)
     HSI_TRY(read_tensor((void **)&nm->fill, f, path, "fill", HSI_F64, 1, nf, 0));
     if (has_pca) {
         hsi_pca *pc = &out->pca;
-        int ci = hsi_safetensors_find(f, "pca.components");
-        hsi_view cv;
-        if (ci < 0) {
-            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor 'pca.components' is missing", path);
-            goto cleanup;
-        }
-        HSI_TRY(hsi_safetensors_view(f, ci, &cv));
-        int64_t k = cv.ndim == 2 ? cv.shape[0] : 0;
-        hsi_view_release(&cv);
+        int64_t k = 0;
+        HSI_TRY(tensor_dim0(&k, f, path, "pca.components", 2));
         if (k < 1 || k > nf) {
             st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'pca.components' must be (k, %lld) with 1 <= k <= %lld",
                           path, (long long)nf, (long long)nf);

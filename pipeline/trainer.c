@@ -332,10 +332,9 @@ static hsi_status check_config(hsi_train_config *c)
             return HSI_FAIL(HSI_ERR_UNSUPPORTED,
                             "--resume with --device cuda: the optimiser state lives on the device "
                             "and is not checkpointed yet; resume with --device cpu");
-        if (hsi_cuda_device_count() == 0) {
-            hsi_status st = hsi_cuda_require("--device cuda");
-            return st != HSI_OK ? st : HSI_FAIL(HSI_ERR_NO_CUDA, "--device cuda: no CUDA device");
-        }
+        /* the plugin's reason (dlerror, or the CUDA runtime's text) when there is no device */
+        hsi_status st = hsi_cuda_require("--device cuda");
+        if (st != HSI_OK) return st;
     }
     return HSI_OK;
 }
@@ -561,7 +560,6 @@ static hsi_status build_model(hsi_trainer *t)
     if (t->on_gpu) {
         int64_t ishape[5];
         int nd = hsi_model_input_shape(c->model, 1, r->n_features, c->patch, ishape);
-        HSI_TRY(hsi_cuda_require("hsi train --device cuda"));
         HSI_TRY(hsi_dmodel_create(&t->dm, r->net, nd - 1, ishape + 1, c->batch, &t->oc, c->seed));
         info(t, "device: CUDA (batches copied on the loader's stream; validation on the host)\n");
     }
