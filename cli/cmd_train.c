@@ -371,10 +371,8 @@ static int eval_run(int argc, char **argv)
         } else if (!strcmp(argv[i], "--overwrite")) {
             overwrite = 1;
         } else if (hsi_cli_opt(argc, argv, &i, "--on", &v)) {
-            if (v && !strcmp(v, "test")) on = HSI_EVAL_TEST;
-            else if (v && !strcmp(v, "all")) on = HSI_EVAL_ALL;
-            else if (v && !strcmp(v, "train")) on = HSI_EVAL_TRAIN;
-            else return hsi_cli_usage_error("eval", "--on expects test, train or all");
+            if (!v || hsi_eval_on_parse(&on, v) != HSI_OK)
+                return hsi_cli_usage_error("eval", "--on expects test, train or all");
         } else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
             if (!hsi_cli_parse_int("eval", "--batch", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
             batch = (int)k;
@@ -406,10 +404,9 @@ static int eval_run(int argc, char **argv)
                       (long long)S);
         goto cleanup;
     }
-    if (on != HSI_EVAL_ALL && run.roles.ndim != 2) {
-        st = HSI_FAIL(HSI_ERR_ARG, "%s has no split.hdr (a run of an older hsi): its split "
-                                   "are unknown; score every labelled pixel with --on all",
-                      pos[0]);
+    st = hsi_run_eval_check(&run, on, L, S); /* before the prediction */
+    if (st != HSI_OK) {
+        hsi_fail_context(st, "%s", pos[0]);
         goto cleanup;
     }
     if (!(map = malloc((size_t)(L * S) * sizeof *map))) {
@@ -425,19 +422,13 @@ static int eval_run(int argc, char **argv)
                  (long long)unknown);
     static const char *const on_text[] = {"the training split's test pixels", "every labelled pixel",
                                           "the training split's training pixels (not an honest figure)"};
-    static const char *const on_key[] = {"test", "all", "train"};
     if (!as_json) {
         printf("scored: %s (%lld pixels)\n", on_text[on], (long long)mt.n);
         hsi_metrics_print(&mt, stdout, (const char *const *)run.names, 1);
     }
     if (json || as_json) {
-        cJSON *j = hsi_metrics_json(&mt, (const char *const *)run.names, run.label_ids);
-        char *s = NULL;
-        if (j) {
-            cJSON_AddStringToObject(j, "on", on_key[on]);
-            cJSON_AddNumberToObject(j, "n_unknown", (double)unknown);
-            s = cJSON_Print(j);
-        }
+        cJSON *j = hsi_run_metrics_json(&run, &mt, on, unknown);
+        char *s = j ? cJSON_Print(j) : NULL;
         cJSON_Delete(j);
         if (!s) {
             st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");

@@ -721,23 +721,17 @@ hsi_status hsi_hrun_evaluate(const hsi_hrun *r, const int32_t *map, const int32_
     if (!r || !map || !labels || !metrics_json)
         return HSI_FAIL(HSI_ERR_ARG, "hsi_hrun_evaluate: needs a run, a map, labels and an output");
     hsi_eval_on e;
-    if (!on || !strcmp(on, "test")) e = HSI_EVAL_TEST;
-    else if (!strcmp(on, "all")) e = HSI_EVAL_ALL;
-    else if (!strcmp(on, "train")) e = HSI_EVAL_TRAIN;
-    else return HSI_FAIL(HSI_ERR_ARG, "evaluate on 'test', 'train' or 'all' (got '%s')", on);
+    HSI_TRY(hsi_eval_on_parse(&e, on));
     int64_t shape[2] = {n_lines, n_samples}, unknown = 0;
     HSI_TRY(hsi_buffer_wrap(&b, (void *)labels, sizeof(int32_t) * (size_t)(n_lines * n_samples),
                             HSI_BUF_HOST, NULL, NULL));
     HSI_TRY(hsi_view_make_packed(&lv, b, 0, HSI_I32, 2, shape));
     HSI_TRY(hsi_run_evaluate(&r->run, &m, map, &lv, e, &unknown));
     have_m = 1;
-    j = hsi_metrics_json(&m, (const char *const *)r->run.names, r->run.label_ids);
-    if (!j) {
+    if (!(j = hsi_run_metrics_json(&r->run, &m, e, unknown))) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    cJSON_AddStringToObject(j, "on", on ? on : "test");
-    cJSON_AddNumberToObject(j, "n_unknown", (double)unknown);
     if (!(*metrics_json = cJSON_PrintUnformatted(j))) st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
 cleanup:
     cJSON_Delete(j);

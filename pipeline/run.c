@@ -245,6 +245,47 @@ cleanup:
     return st;
 }
 
+const char *hsi_eval_on_name(hsi_eval_on on)
+{
+    return on == HSI_EVAL_ALL ? "all" : on == HSI_EVAL_TRAIN ? "train" : "test";
+}
+
+hsi_status hsi_eval_on_parse(hsi_eval_on *out, const char *s)
+{
+    if (!s || !strcmp(s, "test")) *out = HSI_EVAL_TEST;
+    else if (!strcmp(s, "all")) *out = HSI_EVAL_ALL;
+    else if (!strcmp(s, "train")) *out = HSI_EVAL_TRAIN;
+    else return HSI_FAIL(HSI_ERR_ARG, "evaluate on test, train or all (got '%s')", s);
+    return HSI_OK;
+}
+
+hsi_status hsi_run_eval_check(const hsi_run *r, hsi_eval_on on, int64_t L, int64_t S)
+{
+    if (on == HSI_EVAL_ALL) return HSI_OK;
+    const char *rname = on == HSI_EVAL_TRAIN ? "training" : "test";
+    if (r->roles.ndim != 2)
+        return HSI_FAIL(HSI_ERR_ARG, "evaluate on the %s pixels: the run directory has no split.hdr "
+                                     "(a run of an older hsi); evaluate on every labelled pixel "
+                                     "instead (hsi eval --on all)",
+                        rname);
+    if (r->roles.shape[0] != L || r->roles.shape[1] != S)
+        return HSI_FAIL(HSI_ERR_ARG, "evaluate on the %s pixels: the scene is %lld x %lld but the "
+                                     "run's split is %lld x %lld; for another scene use --on all",
+                        rname, (long long)L, (long long)S, (long long)r->roles.shape[0],
+                        (long long)r->roles.shape[1]);
+    return HSI_OK;
+}
+
+cJSON *hsi_run_metrics_json(const hsi_run *r, const hsi_metrics *m, hsi_eval_on on,
+                            int64_t n_unknown)
+{
+    cJSON *j = hsi_metrics_json(m, (const char *const *)r->names, r->label_ids);
+    if (!j) return NULL;
+    cJSON_AddStringToObject(j, "on", hsi_eval_on_name(on));
+    cJSON_AddNumberToObject(j, "n_unknown", (double)n_unknown);
+    return j;
+}
+
 hsi_status hsi_run_evaluate(const hsi_run *r, hsi_metrics *m, const int32_t *map,
                             const hsi_view *labels, hsi_eval_on on, int64_t *n_unknown)
 {
@@ -254,23 +295,10 @@ hsi_status hsi_run_evaluate(const hsi_run *r, hsi_metrics *m, const int32_t *map
         return HSI_FAIL(HSI_ERR_ARG, "evaluate: labels must be a packed (lines, samples) int32 map");
     const int64_t L = labels->shape[0], S = labels->shape[1];
     const int32_t *lm = labels->buf ? (const int32_t *)((const char *)labels->buf->data + labels->offset) : NULL;
-    const int32_t *roles = NULL;
     const int role = on == HSI_EVAL_TRAIN ? HSI_ROLE_TRAIN : HSI_ROLE_TEST;
-    const char *rname = on == HSI_EVAL_TRAIN ? "training" : "test";
-    if (on != HSI_EVAL_ALL) {
-        if (r->roles.ndim != 2)
-            return HSI_FAIL(HSI_ERR_ARG, "evaluate on the %s pixels: the run directory has no "
-                                         "split.hdr (a run of an older hsi); evaluate on every "
-                                         "labelled pixel instead (hsi eval --on all)",
-                            rname);
-        if (r->roles.shape[0] != L || r->roles.shape[1] != S)
-            return HSI_FAIL(HSI_ERR_ARG, "evaluate on the %s pixels: the scene is %lld x %lld but "
-                                         "the run's split is %lld x %lld; for another scene use "
-                                         "--on all",
-                            rname, (long long)L, (long long)S, (long long)r->roles.shape[0],
-                            (long long)r->roles.shape[1]);
-        roles = (const int32_t *)((const char *)r->roles.buf->data + r->roles.offset);
-    }
+    if ((st = hsi_run_eval_check(r, on, L, S)) != HSI_OK) return st;
+    const int32_t *roles =
+        on == HSI_EVAL_ALL ? NULL : (const int32_t *)((const char *)r->roles.buf->data + r->roles.offset);
     int32_t *yt = malloc((size_t)(L * S > 0 ? L * S : 1) * sizeof *yt);
     int32_t *yp = malloc((size_t)(L * S > 0 ? L * S : 1) * sizeof *yp);
     int64_t n = 0, unknown = 0;

@@ -91,12 +91,27 @@ typedef enum hsi_eval_on {
     HSI_EVAL_TRAIN = 2 /* the training split's training pixels (as HSI_EVAL_TEST) */
 } hsi_eval_on;
 
+/* "test", "all", "train"; and back (NULL = test; an error naming the word). */
+const char *hsi_eval_on_name(hsi_eval_on on);
+hsi_status hsi_eval_on_parse(hsi_eval_on *out, const char *s);
+
+/* Whether the run can score `on` for a scene of n_lines x n_samples (the
+ * test and train roles need the run's split, of that size): callers check
+ * this before predicting; hsi_run_evaluate checks it too. */
+hsi_status hsi_run_eval_check(const hsi_run *r, hsi_eval_on on, int64_t n_lines, int64_t n_samples);
+
 /* Scores map against labels ((lines, samples) int32 label values, 0 =
  * unlabelled): metrics over class indices 0..K-1. Labelled pixels whose
  * class the run does not know are skipped and counted in *n_unknown (may be
  * NULL). m is initialised here (hsi_metrics_free it). */
 hsi_status hsi_run_evaluate(const hsi_run *r, hsi_metrics *m, const int32_t *map,
                             const hsi_view *labels, hsi_eval_on on, int64_t *n_unknown);
+
+/* The metrics as metrics.json writes them, with the class names and label
+ * values of the run, plus "on" and "n_unknown". Caller frees (cJSON_Delete). */
+struct cJSON;
+struct cJSON *hsi_run_metrics_json(const hsi_run *r, const hsi_metrics *m, hsi_eval_on on,
+                                   int64_t n_unknown);
 
 #ifdef __cplusplus
 }
