@@ -234,35 +234,27 @@ hsi_status hsi_buffer_alloc(hsi_buffer **out, size_t size, hsi_buf_kind kind)
 hsi_status hsi_buffer_map(hsi_buffer **out, const char *path)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return HSI_FAIL(HSI_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        close(fd);
-        return HSI_FAIL(HSI_ERR_IO, "%s: is a directory, expected a data file", path);
-    }
+    int fd = -1;
+    int64_t size = 0;
+    hsi_status st = hsi_input_open(&fd, path, NULL, &size);
+    if (st != HSI_OK) return st;
     hsi_buffer *b = buffer_new();
     if (!b) {
         close(fd);
         return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
     }
     b->kind = HSI_BUF_MMAP;
-    b->size = (size_t)sb.st_size;
+    b->size = (size_t)size;
     b->path = strdup(path);
-    if (sb.st_size > 0) {
-        void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (size > 0) {
+        void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) {
             int e = errno;
             close(fd);
             free(b->path);
             free(b);
             return HSI_FAIL(HSI_ERR_IO, "%s: cannot map %lld bytes: %s", path,
-                            (long long)sb.st_size, strerror(e));
+                            (long long)size, strerror(e));
         }
         b->data = p;
         b->release = release_mmap;
@@ -805,118 +797,6 @@ cleanup:
 }
 
 /* --------------------------------------------------------- small helpers */
-
-hsi_status hsi_read_file(const char *path, char **out, size_t *len)
-{
-    *out = NULL;
-    if (len) *len = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(fp);
-        return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
-    }
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                fclose(fp);
-                return HSI_FAIL(HSI_ERR_NOMEM, "out of memory reading %s", path);
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, fp);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(fp);
-    fclose(fp);
-    if (err) {
-        free(buf);
-        return HSI_FAIL(HSI_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = 0;
-    *out = buf;
-    if (len) *len = n;
-    return HSI_OK;
-}
-
-hsi_status hsi_atomic_open(hsi_atomic_file *af, const char *path)
-{
-    memset(af, 0, sizeof *af);
-    size_t n = strlen(path);
-    af->final_path = strdup(path);
-    af->tmp_path = malloc(n + 16);
-    if (!af->final_path || !af->tmp_path) {
-        hsi_atomic_abort(af);
-        return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
-    }
-    snprintf(af->tmp_path, n + 16, "%s.tmp-XXXXXX", path);
-    int fd = mkstemp(af->tmp_path);
-    if (fd < 0) {
-        hsi_status st = HSI_FAIL(HSI_ERR_IO, "%s: cannot create a temporary file beside it: %s",
-                                 path, strerror(errno));
-        free(af->tmp_path);
-        af->tmp_path = NULL;
-        hsi_atomic_abort(af);
-        return st;
-    }
-    fchmod(fd, 0644);
-    af->fp = fdopen(fd, "wb");
-    if (!af->fp) {
-        close(fd);
-        hsi_atomic_abort(af);
-        return HSI_FAIL(HSI_ERR_IO, "%s: fdopen failed", path);
-    }
-    return HSI_OK;
-}
-
-hsi_status hsi_atomic_commit(hsi_atomic_file *af)
-{
-    hsi_status st = HSI_OK;
-    if (!af->fp) return HSI_FAIL(HSI_ERR_STATE, "atomic commit without an open file");
-    int bad = ferror(af->fp);
-    if (fflush(af->fp) != 0) bad = 1;
-    if (!bad && fsync(fileno(af->fp)) != 0 && errno != EINVAL) bad = 1;
-    if (fclose(af->fp) != 0) bad = 1;
-    af->fp = NULL;
-    if (bad) {
-        st = HSI_FAIL(HSI_ERR_IO, "%s: write failed: %s", af->final_path, strerror(errno));
-    } else if (rename(af->tmp_path, af->final_path) != 0) {
-        st = HSI_FAIL(HSI_ERR_IO, "%s: cannot rename the temporary file into place: %s",
-                      af->final_path, strerror(errno));
-    } else {
-        free(af->tmp_path);
-        af->tmp_path = NULL;
-    }
-    hsi_atomic_abort(af);
-    return st;
-}
-
-void hsi_atomic_abort(hsi_atomic_file *af)
-{
-    if (af->fp) fclose(af->fp);
-    if (af->tmp_path) unlink(af->tmp_path);
-    free(af->tmp_path);
-    free(af->final_path);
-    memset(af, 0, sizeof *af);
-}
-
-hsi_status hsi_write_file_atomic(const char *path, const void *data, size_t len)
-{
-    hsi_atomic_file af;
-    hsi_status st = hsi_atomic_open(&af, path);
-    if (st != HSI_OK) return st;
-    if (len && fwrite(data, 1, len, af.fp) != len) {
-        hsi_atomic_abort(&af);
-        return HSI_FAIL(HSI_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-    }
-    return hsi_atomic_commit(&af);
-}
 
 double hsi_now(void)
 {

@@ -226,20 +226,53 @@ void hsi_bswap_inplace(void *p, size_t elem_size, int64_t n);
 
 /* 64-bit overflow-checked products; return 0 on overflow. */
 int hsi_mul_ok(int64_t a, int64_t b, int64_t *out);
+/* Inputs (core/files.c). Every file hsi reads is opened this way: without
+ * blocking (a FIFO is refused, never waited on) and checked to be a regular
+ * file or a block device; the error says what it is instead ("is a
+ * directory", "is a FIFO (named pipe)", "a symlink loop"). what names the
+ * file's role in messages ("cube", "mask"; NULL: "file"). size (may be NULL)
+ * receives the file's size in bytes. */
+hsi_status hsi_input_open(int *fd, const char *path, const char *what, int64_t *size);
+hsi_status hsi_input_fopen(FILE **fp, const char *path, const char *what);
+/* The same checks for libraries that open by name (matio, GDAL). */
+hsi_status hsi_input_check(const char *path, const char *what);
 /* Whole-file read into a NUL-terminated malloc'd string. */
 hsi_status hsi_read_file(const char *path, char **out, size_t *len);
-/* Atomic writes: open "<path>.tmp-XXXXXX" beside the target, then commit
- * (fsync + rename) or abort (unlink). */
+/* Atomic writes: open "<path>.hsi-tmp-XXXXXX" beside the target (locked
+ * while it is written; stale ones of the same target that no live process
+ * holds are removed first), then commit (fsync + rename) or abort (unlink).
+ * Temporaries are also removed on SIGINT/SIGTERM/SIGHUP once a program has
+ * called hsi_tmp_cleanup_on_signals() (the CLI does; it installs handlers
+ * only for signals still at their default). */
 typedef struct hsi_atomic_file {
     FILE *fp;
     char *tmp_path;
     char *final_path;
+    int slot; /* in the signal handler's list, plus one (0: none) */
 } hsi_atomic_file;
 hsi_status hsi_atomic_open(hsi_atomic_file *af, const char *path);
 hsi_status hsi_atomic_commit(hsi_atomic_file *af);
 void hsi_atomic_abort(hsi_atomic_file *af);
 /* Writes len bytes of data to path atomically (temporary file + rename). */
 hsi_status hsi_write_file_atomic(const char *path, const void *data, size_t len);
+/* A header and its data file replaced as a pair: no reader ever sees the
+ * new data under the old header (a "<hdr>.hsi-pair" marker and a hard-link
+ * backup of the old data cover the moment between the two renames; see
+ * core/files.c). Both files must be fully written; both are committed or
+ * aborted. A failed rename never loses the old pair. */
+hsi_status hsi_atomic_commit_pair(hsi_atomic_file *data, hsi_atomic_file *hdr);
+/* Readers: HSI_ERR_STATE with what happened when hdr_path's pair was torn
+ * by an interrupted write (HSI_OK otherwise). */
+hsi_status hsi_atomic_pair_check(const char *hdr_path);
+/* Writers: completes an interrupted pair write to hdr_path (no-op if none
+ * or if its writer is still alive). hsi_atomic_open of a .hdr calls it. */
+void hsi_atomic_pair_recover(const char *hdr_path);
+void hsi_tmp_cleanup_on_signals(void);
+/* Test hook: HSI_FAULT=<point> kills the process with SIGKILL at <point>;
+ * HSI_FAULT=<point>:eio returns 1 there with errno = EIO (the step fails).
+ * Points: "rename" (any atomic commit), "pair-data", "pair-header",
+ * "run-swap". */
+int hsi_fault_point(const char *point);
 
 /* Progress on a terminal (stderr is a tty and not quiet); silent otherwise. */
 typedef struct hsi_progress {

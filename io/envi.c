@@ -416,6 +416,7 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path)
         st = HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", hdr, strerror(errno));
         goto cleanup;
     }
+    HSI_TRY(hsi_atomic_pair_check(hdr)); /* a write torn between data and header */
     HSI_TRY(hsi_envi_read_header(&out->meta, hdr));
     const hsi_meta *m = &out->meta;
 

@@ -397,6 +397,7 @@ hsi_status hsi_envi_writer_open(hsi_envi_writer **out, const char *hdr_path, con
                       hdr_path, ext);
         goto cleanup;
     }
+    hsi_atomic_pair_recover(hdr_path); /* an interrupted write to the same pair first */
     HSI_TRY(hsi_atomic_open(&w->data, data_path));
     HSI_TRY(hsi_atomic_open(&w->hdr, hdr_path));
     /* full size at once: zeros for the header offset, a sparse file until
@@ -526,18 +527,8 @@ hsi_status hsi_envi_writer_finish(hsi_envi_writer *w)
                       strerror(errno));
         goto cleanup;
     }
-    /* data first, header last: a header in place means complete data */
-    char *data_final = strdup(w->data.final_path);
-    if (!data_final) {
-        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
-        goto cleanup;
-    }
-    st = hsi_atomic_commit(&w->data);
-    if (st == HSI_OK) {
-        st = hsi_atomic_commit(&w->hdr);
-        if (st != HSI_OK) unlink(data_final);
-    }
-    free(data_final);
+    /* both complete: moved into place as a pair (core/files.c) */
+    st = hsi_atomic_commit_pair(&w->data, &w->hdr);
 cleanup:
     writer_free(w);
     return st;
