@@ -4,7 +4,9 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 #include <sys/stat.h>
 
@@ -142,8 +144,32 @@ static void print_help(FILE *fp)
     fprintf(fp, "\nbuild: %s\n", hsi_cuda_built() ? "CUDA" : "CPU only");
 }
 
+/* Standard output checked at exit, as GNU tools do (close_stdout): a
+ * failed write (a full disk, /dev/full, a closed pipe) fails the command
+ * with a message instead of exiting 0 with the output lost. */
+static void close_stdout(void)
+{
+    int bad = ferror(stdout);
+    int e = 0;
+    if (fflush(stdout) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    if (fclose(stdout) != 0 && errno != EBADF) {
+        bad = 1;
+        if (!e) e = errno;
+    }
+    if (bad) {
+        fprintf(stderr, "hsi: error writing to standard output%s%s\n", e ? ": " : "",
+                e ? strerror(e) : "");
+        _exit(HSI_EXIT_FAIL);
+    }
+}
+
 int main(int argc, char **argv)
 {
+    atexit(close_stdout);
+    hsi_tmp_cleanup_on_signals(); /* SIGINT/SIGTERM remove half-written files */
     qsort(cmds, (size_t)n_cmds, sizeof *cmds, cmp_cmd);
     if (argc < 2) {
         print_help(stderr);

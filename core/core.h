@@ -269,7 +269,8 @@ hsi_status hsi_atomic_pair_check(const char *hdr_path);
 void hsi_atomic_pair_recover(const char *hdr_path);
 void hsi_tmp_cleanup_on_signals(void);
 /* Test hook: HSI_FAULT=<point> kills the process with SIGKILL at <point>;
- * HSI_FAULT=<point>:eio returns 1 there with errno = EIO (the step fails).
+ * HSI_FAULT=<point>:eio returns 1 there with errno = EIO (the step fails);
+ * HSI_FAULT=<point>:term sends the process SIGTERM there.
  * Points: "rename" (any atomic commit), "pair-data", "pair-header",
  * "run-swap". */
 int hsi_fault_point(const char *point);

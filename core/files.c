@@ -147,8 +147,9 @@ hsi_status hsi_read_file(const char *path, char **out, size_t *len)
 
 /* -------------------------------------------------------------- fault hook */
 
-/* HSI_FAULT=<point>[:eio] (tests only): at <point> the process kills itself
- * with SIGKILL, or with ":eio" the step fails as if the disk had said EIO. */
+/* HSI_FAULT=<point>[:eio|:term] (tests only): at <point> the process kills
+ * itself with SIGKILL; with ":term" it sends itself SIGTERM (as a user's
+ * kill would); with ":eio" the step fails as if the disk had said EIO. */
 int hsi_fault_point(const char *point)
 {
     const char *f = getenv("HSI_FAULT");
@@ -158,6 +159,10 @@ int hsi_fault_point(const char *point)
     if (f[n] == ':' && !strcmp(f + n + 1, "eio")) {
         errno = EIO;
         return 1;
+    }
+    if (f[n] == ':' && !strcmp(f + n + 1, "term")) {
+        raise(SIGTERM);
+        return 0;
     }
     raise(SIGKILL);
     return 0;

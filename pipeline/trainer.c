@@ -29,6 +29,7 @@
 #include "pipeline/loader.h"
 #include "pipeline/metrics.h"
 #include "pipeline/run_internal.h"
+#include "pipeline/workdir.h"
 
 void hsi_train_config_init(hsi_train_config *c)
 {
@@ -72,6 +73,7 @@ struct hsi_trainer {
     hsi_sched sched;
     hsi_graph *g;
     FILE *log;
+    hsi_workdir wd; /* c.out_dir is wd.work until the run moves into place */
     char *p_state, *p_best;
     int on_gpu, have_val, first_epoch, epoch, best_epoch, since_best, stop, finished;
     /* the epoch in progress (hsi_trainer_step) */
@@ -137,31 +139,6 @@ static char *print_to_string(print_fn fn, const void *obj, const void *arg, int 
     return s;
 }
 
-/* mkdir -p */
-static hsi_status make_dirs(const char *dir)
-{
-    char *p = strdup(dir);
-    if (!p) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
-    for (char *q = p + 1; *q; q++) {
-        if (*q != '/') continue;
-        *q = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            hsi_status st = HSI_FAIL(HSI_ERR_IO, "%s: cannot create the folder %s: %s", dir, p,
-                                     strerror(errno));
-            free(p);
-            return st;
-        }
-        *q = '/';
-    }
-    free(p);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return HSI_FAIL(HSI_ERR_IO, "%s: cannot create the output directory: %s", dir,
-                        strerror(errno));
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return HSI_FAIL(HSI_ERR_IO, "%s: exists and is not a directory", dir);
-    return HSI_OK;
-}
 
 static const char *split_name(const hsi_train_config *c)
 {
@@ -500,8 +477,11 @@ static hsi_status build_model(hsi_trainer *t)
             hsi_fail_context(st, "--resume");
             goto cleanup;
         }
-        cJSON *rj = cfgs ? cJSON_Parse(cfgs) : NULL;
+        cJSON *rj = NULL, *like = config_json(c, 0, c->patch);
+        st = hsi_run_state_config(&rj, t->p_state, cfgs, like);
+        cJSON_Delete(like);
         free(cfgs);
+        if (st != HSI_OK) goto cleanup;
         const cJSON *bv = cJSON_GetObjectItem(rj, "best_val"), *be = cJSON_GetObjectItem(rj, "best_epoch"),
                     *sb = cJSON_GetObjectItem(rj, "since_best");
         if (cJSON_IsNumber(bv) && cJSON_IsNumber(be) && cJSON_IsNumber(sb)) {
@@ -521,13 +501,25 @@ static hsi_status build_model(hsi_trainer *t)
         if (sc->kind != HSI_SCHED_CONSTANT && sc->total != c->epochs) {
             /* the saved schedule was planned for its own epoch count: plan it
              * for the new one and go on from where the run stopped */
-            int was = sc->total;
+            int was = sc->total, was_step = sc->step_size;
+            double before[64];
+            int n_before = ep < 64 ? ep : 64;
+            for (int e = 0; e < n_before; e++) before[e] = hsi_sched_lr_at(sc, e);
             sc->total = c->epochs;
             sc->step_size = c->epochs > 3 ? c->epochs / 3 : 1;
+            int same = ep <= 64;
+            for (int e = 0; e < n_before; e++) same &= hsi_sched_lr_at(sc, e) == before[e];
             t->opt->cfg.lr = hsi_sched_lr_at(sc, sc->epoch);
-            info(t, "schedule: planned for %d epochs, re-planned for %d; epoch %d goes on at lr %.3g "
-                    "(a run of %d epochs from the start would have had other rates before)\n",
-                 was, c->epochs, ep + 1, t->opt->cfg.lr, c->epochs);
+            if (same)
+                info(t, "schedule: planned for %d epochs, re-planned for %d; epoch %d goes on at lr "
+                        "%.3g (the epochs run so far had the rates of a %d-epoch run: the result "
+                        "equals one)\n",
+                     was, c->epochs, ep + 1, t->opt->cfg.lr, c->epochs);
+            else
+                info(t, "schedule: planned for %d epochs (step every %d), re-planned for %d; epoch "
+                        "%d goes on at lr %.3g (a run of %d epochs from the start would have had "
+                        "other rates before, so the result differs from one)\n",
+                     was, was_step, c->epochs, ep + 1, t->opt->cfg.lr, c->epochs);
         }
     } else {
         hsi_sched_begin(sc, t->opt);
@@ -576,6 +568,7 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
     hsi_trainer *t = calloc(1, sizeof *t);
     if (!t) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
     t->c = *cfg;
+    t->wd.lock_fd = -1;
     t->t_start = hsi_now();
     hsi_cube_init(&t->cube);
     hsi_labels_init(&t->lab);
@@ -584,22 +577,9 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
     HSI_TRY(check_config(&t->c));
     t->on_gpu = !strcasecmp(t->c.device, "cuda");
     if (t->c.threads > 0) hsi_threads_set(t->c.threads);
-    if (!t->c.resume && !t->c.overwrite) {
-        static const char *const marks[] = {"pipeline.json", "train_state.safetensors",
-                                            "model.safetensors"};
-        for (size_t i = 0; i < sizeof marks / sizeof *marks; i++) {
-            char *p = hsi_run_path(t->c.out_dir, marks[i]);
-            int there = p && access(p, F_OK) == 0;
-            free(p);
-            if (there) {
-                st = HSI_FAIL(HSI_ERR_ARG, "%s holds a training run already (%s): give --overwrite "
-                                           "to replace it or --resume to continue it",
-                              t->c.out_dir, marks[i]);
-                goto cleanup;
-            }
-        }
-    }
-    HSI_TRY(make_dirs(t->c.out_dir));
+    /* new runs are written beside the directory and moved in at the end */
+    HSI_TRY(hsi_workdir_begin(&t->wd, cfg->out_dir, t->c.resume, t->c.overwrite));
+    t->c.out_dir = t->wd.work;
     if (!(t->p_state = hsi_run_path(t->c.out_dir, "train_state.safetensors")) ||
         !(t->p_best = hsi_run_path(t->c.out_dir, "best.safetensors"))) {
         st = HSI_ERR_NOMEM;
@@ -616,6 +596,7 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
         free(lp);
         if (st != HSI_OK) goto cleanup;
     }
+    if (t->wd.note[0]) info(t, "%s", t->wd.note);
     HSI_TRY(open_and_split(t));
     HSI_TRY(fit_preprocessing(t));
     HSI_TRY(build_model(t));
@@ -901,6 +882,9 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
     prof->write = hsi_now() - tm;
     HSI_TRY(write_metrics(t, &mt, train_time));
     remove(t->p_best);
+    if (t->log) fflush(t->log);
+    HSI_TRY(hsi_workdir_commit(&t->wd)); /* the run complete: into place */
+    t->c.out_dir = t->wd.work;
     if (res) *res = t->res;
 cleanup:
     cJSON_Delete(training);
@@ -929,6 +913,7 @@ void hsi_trainer_free(hsi_trainer *t)
     hsi_labels_free(&t->lte);
     hsi_cube_free(&t->cube);
     if (t->log) fclose(t->log);
+    hsi_workdir_free(&t->wd);
     free(t->p_state);
     free(t->p_best);
     free(t);
