@@ -172,16 +172,24 @@ san: deps
 	    UBSAN_OPTIONS=print_stacktrace=1 HSI_LIBRARY=../build-san/libhsi.so.$(SOMAJOR) HSI_BUILD=../build-san \
 	    /usr/bin/python3 -m pytest -q -p no:cacheprovider tests; fi
 
-# libFuzzer on every parser: each tests/fuzz/fuzz_*.c is one target.
+# libFuzzer on every parser: each tests/fuzz/fuzz_*.c is one target, seeded
+# with tests/fuzz/seeds-NAME/ and the ../shared/data folders listed in
+# tests/fuzz/seeds-NAME.shared (real files, used where they are present).
 FUZZ_SECONDS ?= 60
 fuzz: deps
-	@$(MAKE) --no-print-directory BUILD=build-fuzz CUDA=0 CC=clang \
+	@HSI_DEPS_EXTRA=clang bash scripts/install-deps.sh
+	@# libFuzzer's runtime (its own package since clang 14 on Debian)
+	@v=$$(clang -dumpversion | cut -d. -f1); HSI_DEPS_EXTRA="libclang-rt-$$v-dev" \
+	    bash scripts/install-deps.sh 2>/dev/null || true
+	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-fuzz CUDA=0 CC=clang \
 	    CFLAGS="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" build-fuzz/libhsi.a
 	@set -e; for f in $(FUZZ_C); do n=$$(basename $$f .c); \
 	  clang -O1 -g -fsanitize=fuzzer,address,undefined -I. $(PKG_CFLAGS) $$f \
 	    build-fuzz/libhsi.a $(LDLIBS) -o build-fuzz/$$n; \
 	  mkdir -p build-fuzz/corpus-$$n; \
 	  seeds=$$(ls -d tests/fuzz/seeds-$$n 2>/dev/null || true); \
+	  for d in $$(cat tests/fuzz/seeds-$$n.shared 2>/dev/null); do \
+	    [ -d ../shared/data/$$d ] && seeds="$$seeds ../shared/data/$$d"; done; \
 	  echo "fuzzing $$n for $(FUZZ_SECONDS) s"; \
 	  ./build-fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 build-fuzz/corpus-$$n $$seeds; \
 	done
