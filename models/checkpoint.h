@@ -31,8 +31,10 @@ hsi_status hsi_safetensors_write(const char *path, const hsi_named_tensor *ts, i
                                  const char *const *meta, int n_meta);
 
 typedef struct hsi_st_file hsi_st_file;
-/* Maps and validates a file (header size, JSON, dtypes, shapes, offsets
- * inside the data area, sizes matching shapes). */
+/* Maps and validates a file as the format requires: header size, a JSON
+ * object, string metadata, dtypes, integer shapes and data_offsets, sizes
+ * matching shapes, unique names, and tensors that tile the data area
+ * exactly (no overlap, no hole, no byte after the last). */
 hsi_status hsi_safetensors_open(hsi_st_file **out, const char *path);
 /* Same over memory (copied); `what` names it in messages. For fuzzing. */
 hsi_status hsi_safetensors_parse(hsi_st_file **out, const void *data, size_t size,
@@ -46,6 +48,10 @@ hsi_status hsi_safetensors_view(const hsi_st_file *f, int i, hsi_view *out);
 int hsi_safetensors_find(const hsi_st_file *f, const char *name);
 /* A metadata value or NULL. */
 const char *hsi_safetensors_meta(const hsi_st_file *f, const char *key);
+/* HSI_ERR_FORMAT naming the tensor, the element and its file byte when
+ * tensor i (F32/F64) holds a NaN or an infinity; HSI_OK otherwise (and for
+ * integer tensors). `what` names the file. */
+hsi_status hsi_safetensors_check_finite(const hsi_st_file *f, int i, const char *what);
 
 /* --------------------------------------------------------- modules */
 
@@ -61,6 +67,11 @@ hsi_status hsi_module_save(hsi_module *m, const char *path, const char *const *m
  * HSI_ERR_FORMAT and nothing is loaded. Non-strict: loads what matches and
  * reports the rest in rep (may be NULL). F32 <-> F64 convert. */
 hsi_status hsi_module_load(hsi_module *m, const char *path, int strict, hsi_load_report *rep);
+/* The same from an open file (path names it in messages). Both refuse a
+ * NaN or infinite value in any tensor they would load (naming it), before
+ * anything is copied. */
+hsi_status hsi_module_load_file(hsi_module *m, const hsi_st_file *f, const char *path, int strict,
+                                hsi_load_report *rep);
 
 /* Training checkpoint: the module state, optimiser state (buffers, step,
  * configuration), schedule state, epoch, the engine RNG state and a free
@@ -68,7 +79,13 @@ hsi_status hsi_module_load(hsi_module *m, const char *path, int strict, hsi_load
 hsi_status hsi_train_save(const char *path, hsi_module *m, const hsi_optim *o,
                           const hsi_sched *s, int epoch, const char *config_json);
 /* Restores everything saved by hsi_train_save (s may be NULL); *config is
- * malloc'd (free it) or NULL when config is NULL. */
+ * malloc'd (free it) or NULL when config is NULL. Validated whole before
+ * anything is changed: every metadata value parsed strictly (epoch and
+ * optimizer_step integers, rng 64 hex digits, optimizer and schedule their
+ * exact field lists, config a JSON object), the model state strict, the
+ * optimiser state of every parameter present once optimizer_step > 0 (none
+ * before), shaped like its parameter, no other optimizer.* tensor, and every
+ * value finite. */
 hsi_status hsi_train_load(const char *path, hsi_module *m, hsi_optim *o, hsi_sched *s,
                           int *epoch, char **config);
 

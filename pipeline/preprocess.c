@@ -4,6 +4,8 @@
  * The statistics, PCA and fused kernels themselves are in kernels/. */
 #include "pipeline/preprocess.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,7 +358,8 @@ cleanup:
     return st;
 }
 
-/* Copies tensor `name` (dtype dt, shape (n0[, n1])) into a malloc'd array. */
+/* Copies tensor `name` (dtype dt, shape (n0) or (n0, n1)) into a malloc'd
+ * array; F64 values must be finite. */
 static hsi_status read_tensor(void **out, const hsi_st_file *f, const char *path, const char *name,
                               hsi_dtype dt, int ndim, int64_t n0, int64_t n1)
 {
@@ -367,11 +370,19 @@ static hsi_status read_tensor(void **out, const hsi_st_file *f, const char *path
     if (i < 0) return HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
     HSI_TRY(hsi_safetensors_view(f, i, &v));
     if (v.dtype != dt || v.ndim != ndim || v.shape[0] != n0 || (ndim == 2 && v.shape[1] != n1)) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor '%s' must be %s of shape (%lld%s), found %s of %d dims",
-                      path, name, hsi_dtype_name(dt), (long long)n0, ndim == 2 ? ", k" : "",
-                      hsi_dtype_name(v.dtype), v.ndim);
+        char want[64], got[96];
+        int o = 0;
+        if (ndim == 2) snprintf(want, sizeof want, "(%lld, %lld)", (long long)n0, (long long)n1);
+        else snprintf(want, sizeof want, "(%lld)", (long long)n0);
+        o = snprintf(got, sizeof got, "(");
+        for (int d = 0; d < v.ndim && o < (int)sizeof got - 24; d++)
+            o += snprintf(got + o, sizeof got - (size_t)o, "%s%lld", d ? ", " : "", (long long)v.shape[d]);
+        snprintf(got + o, sizeof got - (size_t)o, ")");
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor '%s' must be %s of shape %s, found %s of shape %s",
+                      path, name, hsi_dtype_name(dt), want, hsi_dtype_name(v.dtype), got);
         goto release;
     }
+    if ((st = hsi_safetensors_check_finite(f, i, path)) != HSI_OK) goto release;
     size_t bytes = (size_t)hsi_view_nbytes(&v);
     *out = malloc(bytes ? bytes : 1);
     if (!*out) {
@@ -399,8 +410,8 @@ cleanup:
     return st;
 }
 
-/* The first dimension of tensor `name` with ndim dimensions (0 when it has
- * another rank); an error when it is missing. */
+/* The first dimension of tensor `name` with ndim dimensions; an error when
+ * it is missing or has another rank. */
 static hsi_status tensor_dim0(int64_t *out, const hsi_st_file *f, const char *path, const char *name,
                               int ndim)
 {
@@ -409,7 +420,10 @@ static hsi_status tensor_dim0(int64_t *out, const hsi_st_file *f, const char *pa
     int i = hsi_safetensors_find(f, name);
     if (i < 0) return HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
     HSI_TRY(hsi_safetensors_view(f, i, &v));
-    *out = v.ndim == ndim ? v.shape[0] : 0;
+    *out = v.shape[0];
+    if (v.ndim != ndim)
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor '%s' must have %d dimension%s, found %d", path,
+                      name, ndim, ndim > 1 ? "s" : "", v.ndim);
     hsi_view_release(&v);
 cleanup:
     return st;
@@ -420,8 +434,10 @@ static hsi_status meta_int(int64_t *out, const hsi_st_file *f, const char *path,
 {
     const char *s = hsi_safetensors_meta(f, key);
     char *end = NULL;
+    errno = 0;
     long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || end == s || *end || v < lo || v > hi)
+    if (!s || !((s[0] >= '0' && s[0] <= '9') || s[0] == '-') || end == s || *end ||
+        errno == ERANGE || v < lo || v > hi)
         return HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ '%s' must be an integer in %lld..%lld (found %s%s%s)",
                         path, key, (long long)lo, (long long)hi, s ? "'" : "", s ? s : "nothing",
                         s ? "'" : "");
@@ -434,25 +450,25 @@ static hsi_status meta_double(double *out, const hsi_st_file *f, const char *pat
     const char *s = hsi_safetensors_meta(f, key);
     char *end = NULL;
     double v = s ? strtod(s, &end) : 0;
-    if (!s || end == s || *end)
-        return HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ '%s' must be a number (found %s)", path,
-                        key, s ? s : "nothing");
+    if (!s || !*s || s[0] == ' ' || end == s || *end || !isfinite(v))
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ '%s' must be a finite number (found %s%s%s)",
+                        path, key, s ? "'" : "", s ? s : "nothing", s ? "'" : "");
     *out = v;
     return HSI_OK;
 }
 
-static hsi_status load_safetensors(hsi_prep *out, const char *path)
+/* The tensors a preprocessing file may hold: the first 5 always, the rest
+ * with PCA. */
+static const char *const prep_tensors[] = {"bands", "scale", "center", "offset", "fill",
+                                           "pca.mean", "pca.components", "pca.explained_variance",
+                                           "pca.explained_variance_ratio"};
+
+/* Validates and copies a parsed preprocessing file; `path` names it. */
+static hsi_status prep_from_st(hsi_prep *out, const hsi_st_file *f, const char *path)
 {
     hsi_status st = HSI_OK;
-    hsi_st_file *f = NULL;
     int64_t ncb = 0, l2 = 0, hig = 0, has_pca = 0, whiten = 0, nsamp = 0;
     memset(out, 0, sizeof *out);
-    st = hsi_safetensors_open(&f, path);
-    if (st != HSI_OK) {
-        hsi_fail_context(st, "expected an hsi preprocessing model (safetensors) or an older hsi's "
-                             "binary PCA model");
-        goto cleanup;
-    }
     const char *fmt = hsi_safetensors_meta(f, "format"), *ver = hsi_safetensors_meta(f, "version"),
                *mode = hsi_safetensors_meta(f, "normalize");
     if (!fmt || strcmp(fmt, PREP_FORMAT) != 0) {
@@ -461,14 +477,14 @@ static hsi_status load_safetensors(hsi_prep *out, const char *path)
         goto cleanup;
     }
     if (!ver || strcmp(ver, "1") != 0) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: preprocessing file version %s; this hsi reads version 1",
-                      path, ver ? ver : "(missing)");
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'version' is %s%s%s; this hsi reads version 1",
+                      path, ver ? "'" : "", ver ? ver : "missing", ver ? "'" : "");
         goto cleanup;
     }
     hsi_norm *nm = &out->norm;
     if (!mode || hsi_norm_mode_parse(&nm->mode, mode) != HSI_OK) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'normalize' is %s; expected none, zscore, minmax, global-minmax or l2",
-                      path, mode ? mode : "missing");
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'normalize' is %s%s%s; expected none, zscore, minmax, global-minmax or l2",
+                      path, mode ? "'" : "", mode ? mode : "missing", mode ? "'" : "");
         goto cleanup;
     }
     HSI_TRY(meta_int(&ncb, f, path, "n_cube_bands", 1, PREP_MAX_FEATURES));
@@ -476,20 +492,48 @@ static hsi_status load_safetensors(hsi_prep *out, const char *path)
     HSI_TRY(meta_int(&hig, f, path, "has_ignore", 0, 1));
     HSI_TRY(meta_int(&has_pca, f, path, "pca", 0, 1));
     HSI_TRY(meta_double(&nm->ignore_value, f, path, "ignore_value"));
+    /* the PCA's values are written (as 0) without PCA too: typed when present */
+    if (has_pca || hsi_safetensors_meta(f, "whiten")) HSI_TRY(meta_int(&whiten, f, path, "whiten", 0, 1));
+    if (has_pca || hsi_safetensors_meta(f, "pca_n_samples"))
+        HSI_TRY(meta_int(&nsamp, f, path, "pca_n_samples", 0, INT64_MAX));
+    double tvar = 0;
+    if (has_pca || hsi_safetensors_meta(f, "pca_total_variance"))
+        HSI_TRY(meta_double(&tvar, f, path, "pca_total_variance"));
+    if (whiten && !has_pca) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'whiten' is 1 but 'pca' is 0", path);
+        goto cleanup;
+    }
+    for (int j = 0; j < hsi_safetensors_count(f); j++) {
+        const char *name = hsi_safetensors_name(f, j);
+        size_t k = 0, nk = has_pca ? 9 : 5;
+        while (k < nk && strcmp(name, prep_tensors[k])) k++;
+        if (k == nk) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: unexpected tensor '%s' (with __metadata__ 'pca' = %lld "
+                                          "the file holds bands, scale, center, offset, fill%s)",
+                          path, name, (long long)has_pca,
+                          has_pca ? ", pca.mean, pca.components, pca.explained_variance and "
+                                    "pca.explained_variance_ratio" : "");
+            goto cleanup;
+        }
+    }
     out->n_cube_bands = nm->n_cube_bands = ncb;
     nm->l2 = (int)l2;
     nm->has_ignore = (int)hig;
     HSI_TRY(tensor_dim0(&nm->n_bands, f, path, "bands", 1));
     const int64_t nf = nm->n_bands;
     if (nf < 1 || nf > ncb) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'bands' must list 1..%lld bands", path, (long long)ncb);
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor 'bands' lists %lld bands; expected 1..%lld "
+                                      "(__metadata__ 'n_cube_bands')",
+                      path, (long long)nf, (long long)ncb);
         goto cleanup;
     }
     HSI_TRY(read_tensor((void **)&nm->bands, f, path, "bands", HSI_I64, 1, nf, 0));
     for (int64_t j = 0; j < nf; j++)
         if (nm->bands[j] < 0 || nm->bands[j] >= ncb) {
-            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: bands[%lld] = %lld is outside the cube's %lld bands",
-                          path, (long long)j, (long long)nm->bands[j], (long long)ncb);
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor 'bands'[%lld] = %lld is outside 0..%lld (the "
+                                          "cube's bands, __metadata__ 'n_cube_bands' = %lld)",
+                          path, (long long)j, (long long)nm->bands[j], (long long)ncb - 1,
+                          (long long)ncb);
             goto cleanup;
         }
     HSI_TRY(read_tensor((void **)&nm->scale, f, path, "scale", HSI_F64, 1, nf, 0));
@@ -501,52 +545,88 @@ static hsi_status load_safetensors(hsi_prep *out, const char *path)
         int64_t k = 0;
         HSI_TRY(tensor_dim0(&k, f, path, "pca.components", 2));
         if (k < 1 || k > nf) {
-            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'pca.components' must be (k, %lld) with 1 <= k <= %lld",
-                          path, (long long)nf, (long long)nf);
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: tensor 'pca.components' has %lld rows; expected "
+                                          "(k, %lld) with 1 <= k <= %lld",
+                          path, (long long)k, (long long)nf, (long long)nf);
             goto cleanup;
         }
-        HSI_TRY(meta_int(&whiten, f, path, "whiten", 0, 1));
-        HSI_TRY(meta_int(&nsamp, f, path, "pca_n_samples", 0, INT64_MAX));
-        HSI_TRY(meta_double(&pc->total_variance, f, path, "pca_total_variance"));
+        pc->total_variance = tvar;
         HSI_TRY(hsi_norm_copy(&pc->norm, nm));
         pc->n_features = nf;
         pc->n_components = k;
         pc->n_samples = nsamp;
         pc->whiten = (int)whiten;
+        /* from here hsi_prep_free releases pc */
+        out->has_pca = 1;
         HSI_TRY(read_tensor((void **)&pc->mean, f, path, "pca.mean", HSI_F64, 1, nf, 0));
         HSI_TRY(read_tensor((void **)&pc->components, f, path, "pca.components", HSI_F64, 2, k, nf));
         HSI_TRY(read_tensor((void **)&pc->explained_variance, f, path, "pca.explained_variance",
                             HSI_F64, 1, k, 0));
         HSI_TRY(read_tensor((void **)&pc->explained_variance_ratio, f, path,
                             "pca.explained_variance_ratio", HSI_F64, 1, k, 0));
-        out->has_pca = 1;
     }
 cleanup:
-    hsi_safetensors_close(f);
     if (st != HSI_OK) hsi_prep_free(out);
+    return st;
+}
+
+/* The legacy private layout (pca.bin of hsi before 0.2) starts with this. */
+static const char legacy_magic[8] = "HSIPCA1";
+
+static hsi_status prep_from_legacy(hsi_prep *out)
+{
+    out->has_pca = 1;
+    out->n_cube_bands = out->pca.norm.n_cube_bands;
+    hsi_status st = hsi_norm_copy(&out->norm, &out->pca.norm);
+    if (st != HSI_OK) hsi_prep_free(out);
+    return st;
+}
+
+hsi_status hsi_prep_parse(hsi_prep *out, const void *data, size_t size, const char *what)
+{
+    hsi_status st = HSI_OK;
+    hsi_st_file *f = NULL;
+    memset(out, 0, sizeof *out);
+    if (size >= sizeof legacy_magic && !memcmp(data, legacy_magic, sizeof legacy_magic)) {
+        HSI_TRY(hsi_pca_parse(&out->pca, data, size, what));
+        return prep_from_legacy(out);
+    }
+    st = hsi_safetensors_parse(&f, data, size, what);
+    if (st != HSI_OK) {
+        hsi_fail_context(st, "expected an hsi preprocessing model (safetensors) or an older hsi's "
+                             "binary PCA model");
+        goto cleanup;
+    }
+    st = prep_from_st(out, f, what);
+cleanup:
+    hsi_safetensors_close(f);
     return st;
 }
 
 hsi_status hsi_prep_load(hsi_prep *out, const char *path)
 {
     hsi_status st = HSI_OK;
+    hsi_st_file *f = NULL;
     char magic[8] = {0};
     memset(out, 0, sizeof *out);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return HSI_FAIL(HSI_ERR_IO, "%s: cannot open the preprocessing model", path);
+    FILE *fp = NULL;
+    st = hsi_input_fopen(&fp, path, "preprocessing model");
+    if (st != HSI_OK) return st;
     size_t got = fread(magic, 1, sizeof magic, fp);
     fclose(fp);
-    if (got == sizeof magic && !memcmp(magic, "HSIPCA1", 8)) {
-        /* the legacy private layout (pca.bin of hsi before 0.2) */
+    if (got == sizeof magic && !memcmp(magic, legacy_magic, sizeof legacy_magic)) {
         HSI_TRY(hsi_pca_load(&out->pca, path));
-        out->has_pca = 1;
-        out->n_cube_bands = out->pca.norm.n_cube_bands;
-        st = hsi_norm_copy(&out->norm, &out->pca.norm);
-        if (st != HSI_OK) hsi_prep_free(out);
-        return st;
+        return prep_from_legacy(out);
     }
-    return load_safetensors(out, path);
+    st = hsi_safetensors_open(&f, path);
+    if (st != HSI_OK) {
+        hsi_fail_context(st, "expected an hsi preprocessing model (safetensors) or an older hsi's "
+                             "binary PCA model");
+        goto cleanup;
+    }
+    st = prep_from_st(out, f, path);
 cleanup:
+    hsi_safetensors_close(f);
     return st;
 }
 

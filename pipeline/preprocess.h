@@ -88,8 +88,15 @@ hsi_status hsi_prep_out_meta(hsi_meta *out, const hsi_meta *in, const hsi_prep *
  * Written atomically. */
 hsi_status hsi_prep_save(const hsi_prep *p, const char *path);
 
-/* Loads what hsi_prep_save wrote, or a legacy "HSIPCA1" pca.bin model. */
+/* Loads what hsi_prep_save wrote, or a legacy "HSIPCA1" pca.bin model.
+ * Validated as strictly as a cube header: every metadata value typed and in
+ * range, exactly the tensors documented (dtype and shape each), band
+ * indices inside the cube, every F64 value finite; errors name the file,
+ * the key or tensor, what was expected and what was found. */
 hsi_status hsi_prep_load(hsi_prep *out, const char *path);
+/* The same over memory (either layout); `what` names it in messages. What
+ * hsi_prep_load checks, for fuzzing. */
+hsi_status hsi_prep_parse(hsi_prep *out, const void *data, size_t size, const char *what);
 
 void hsi_prep_free(hsi_prep *p); /* zeroed memory is fine */
 

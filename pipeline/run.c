@@ -5,6 +5,7 @@
 #include "pipeline/run.h"
 
 #include <cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -327,23 +328,111 @@ cleanup:
 
 /* --------------------------------------------------------- load, save */
 
-static hsi_status read_doubles(double **out, const cJSON *a, int64_t n, const char *path,
-                               const char *what)
+#define RUN_MAX_FEATURES 1000000 /* as the preprocessing file's cap */
+
+/* What a JSON value is, for "found ..." in messages. */
+static void jfound(char *buf, size_t n, const cJSON *v)
 {
-    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
-        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be a list of %lld numbers", path, what,
-                        (long long)n);
-    *out = malloc((size_t)(n ? n : 1) * sizeof(double));
-    if (!*out) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    if (!v) snprintf(buf, n, "nothing");
+    else if (cJSON_IsString(v))
+        snprintf(buf, n, "a string (\"%.40s%s\")", v->valuestring, strlen(v->valuestring) > 40 ? "..." : "");
+    else if (cJSON_IsNumber(v)) snprintf(buf, n, "%.17g", v->valuedouble);
+    else if (cJSON_IsBool(v)) snprintf(buf, n, "%s (a boolean)", cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsNull(v)) snprintf(buf, n, "null");
+    else if (cJSON_IsArray(v)) snprintf(buf, n, "a list");
+    else if (cJSON_IsObject(v)) snprintf(buf, n, "an object");
+    else snprintf(buf, n, "an invalid value");
+}
+
+/* An integer in lo..hi (|bounds| <= 2^53); key is the full name in messages. */
+static hsi_status j_int(int64_t *out, const cJSON *v, const char *path, const char *key, int64_t lo,
+                        int64_t hi)
+{
+    char f[96];
+    if (!v)
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' is missing (an integer in %lld..%lld)", path, key,
+                        (long long)lo, (long long)hi);
+    double d = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    if (!cJSON_IsNumber(v) || d != floor(d) || !(d >= (double)lo && d <= (double)hi)) {
+        jfound(f, sizeof f, v);
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be an integer in %lld..%lld, found %s", path,
+                        key, (long long)lo, (long long)hi, f);
+    }
+    *out = (int64_t)d;
+    return HSI_OK;
+}
+
+static hsi_status j_number(double *out, const cJSON *v, const char *path, const char *key)
+{
+    char f[96];
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+        jfound(f, sizeof f, v);
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be a finite number, found %s", path, key, f);
+    }
+    *out = v->valuedouble;
+    return HSI_OK;
+}
+
+/* A string (required: missing is an error; optional: *out = NULL). */
+static hsi_status j_string(const char **out, const cJSON *v, const char *path, const char *key,
+                           int required)
+{
+    char f[96];
+    *out = NULL;
+    if (!v && !required) return HSI_OK;
+    if (!v) return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' is missing (a string)", path, key);
+    if (!cJSON_IsString(v)) {
+        jfound(f, sizeof f, v);
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be a string, found %s", path, key, f);
+    }
+    *out = v->valuestring;
+    return HSI_OK;
+}
+
+/* A file named by pipeline.json: a plain name inside the run directory (no
+ * '/', no "." or "..", not empty), copied; NULL when the key is absent. */
+static hsi_status j_member(char **out, const cJSON *v, const char *path, const char *key)
+{
+    const char *name = NULL;
+    *out = NULL;
+    hsi_status st = j_string(&name, v, path, key, 0);
+    if (st != HSI_OK || !name) return st;
+    if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be a plain file name inside the run "
+                                        "directory (no '/', no '..', not absolute), found '%.200s'",
+                        path, key, name);
+    if (!(*out = strdup(name))) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    return HSI_OK;
+}
+
+/* A list of n finite numbers. */
+static hsi_status j_doubles(double **out, const cJSON *a, int64_t n, const char *path,
+                            const char *key)
+{
+    char f[96], k[128];
+    *out = NULL;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n) {
+        if (cJSON_IsArray(a)) snprintf(f, sizeof f, "a list of %d", cJSON_GetArraySize(a));
+        else jfound(f, sizeof f, a);
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be a list of %lld numbers (one per band of "
+                                        "'normalization.bands'), found %s",
+                        path, key, (long long)n, f);
+    }
+    double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+    if (!d) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
     int64_t i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, a)
     {
-        if (!cJSON_IsNumber(e))
-            return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s'[%lld] is not a number", path, what,
-                            (long long)i);
-        (*out)[i++] = e->valuedouble;
+        snprintf(k, sizeof k, "%s[%lld]", key, (long long)i);
+        hsi_status st = j_number(&d[i], e, path, k);
+        if (st != HSI_OK) {
+            free(d);
+            return st;
+        }
+        i++;
     }
+    *out = d;
     return HSI_OK;
 }
 
@@ -352,186 +441,571 @@ static hsi_status read_doubles(double **out, const cJSON *a, int64_t n, const ch
 static hsi_status norm_from_json_v1(hsi_norm *n, const cJSON *o, const char *path)
 {
     hsi_status st = HSI_OK;
-    double *b = NULL;
+    const char *mode = NULL;
+    int64_t ncb = 0;
+    char k[64];
     memset(n, 0, sizeof *n);
-    const cJSON *mode = cJSON_GetObjectItem(o, "mode"), *nb = cJSON_GetObjectItem(o, "n_cube_bands"),
-                *bands = cJSON_GetObjectItem(o, "bands");
-    if (!cJSON_IsString(mode) || !cJSON_IsNumber(nb) || !cJSON_IsArray(bands))
-        return HSI_FAIL(HSI_ERR_FORMAT, "%s: 'normalization' needs mode, n_cube_bands and bands",
-                        path);
-    HSI_TRY(hsi_norm_mode_parse(&n->mode, mode->valuestring));
-    n->n_cube_bands = (int64_t)nb->valuedouble;
+    HSI_TRY(j_string(&mode, cJSON_GetObjectItemCaseSensitive(o, "mode"), path,
+                     "normalization.mode", 1));
+    if (hsi_norm_mode_parse(&n->mode, mode) != HSI_OK) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'normalization.mode' is '%.40s'; expected none, zscore, "
+                                      "minmax, global-minmax or l2",
+                      path, mode);
+        goto cleanup;
+    }
+    HSI_TRY(j_int(&ncb, cJSON_GetObjectItemCaseSensitive(o, "n_cube_bands"), path,
+                  "normalization.n_cube_bands", 1, RUN_MAX_FEATURES));
+    n->n_cube_bands = ncb;
+    const cJSON *bands = cJSON_GetObjectItemCaseSensitive(o, "bands");
+    if (!cJSON_IsArray(bands) || cJSON_GetArraySize(bands) < 1 ||
+        cJSON_GetArraySize(bands) > ncb) {
+        char f[96];
+        if (cJSON_IsArray(bands)) snprintf(f, sizeof f, "a list of %d", cJSON_GetArraySize(bands));
+        else jfound(f, sizeof f, bands);
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'normalization.bands' must be a list of 1..%lld band "
+                                      "indices ('normalization.n_cube_bands' = %lld), found %s",
+                      path, (long long)ncb, (long long)ncb, f);
+        goto cleanup;
+    }
     n->n_bands = cJSON_GetArraySize(bands);
-    HSI_TRY(read_doubles(&b, bands, n->n_bands, path, "bands"));
-    n->bands = malloc((size_t)(n->n_bands ? n->n_bands : 1) * sizeof *n->bands);
+    n->bands = malloc((size_t)n->n_bands * sizeof *n->bands);
     if (!n->bands) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    for (int64_t i = 0; i < n->n_bands; i++) {
-        n->bands[i] = (int64_t)b[i];
-        if (n->bands[i] < 0 || n->bands[i] >= n->n_cube_bands) {
-            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: band %lld outside the cube's %lld", path,
-                          (long long)n->bands[i], (long long)n->n_cube_bands);
+    int64_t i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, bands)
+    {
+        snprintf(k, sizeof k, "normalization.bands[%lld]", (long long)i);
+        if (cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
+            (e->valuedouble < 0 || e->valuedouble >= (double)ncb)) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' = %.17g is outside the bands 0..%lld of the "
+                                          "cube it was fitted on ('normalization.n_cube_bands' = "
+                                          "%lld; bands are 0-based)",
+                          path, k, e->valuedouble, (long long)ncb - 1, (long long)ncb);
             goto cleanup;
         }
+        HSI_TRY(j_int(&n->bands[i], e, path, k, 0, ncb - 1));
+        i++;
     }
-    HSI_TRY(read_doubles(&n->scale, cJSON_GetObjectItem(o, "scale"), n->n_bands, path, "scale"));
-    HSI_TRY(read_doubles(&n->center, cJSON_GetObjectItem(o, "center"), n->n_bands, path, "center"));
-    HSI_TRY(read_doubles(&n->offset, cJSON_GetObjectItem(o, "offset"), n->n_bands, path, "offset"));
-    HSI_TRY(read_doubles(&n->fill, cJSON_GetObjectItem(o, "fill"), n->n_bands, path, "fill"));
-    n->l2 = cJSON_IsTrue(cJSON_GetObjectItem(o, "l2"));
-    const cJSON *ig = cJSON_GetObjectItem(o, "ignore_value");
-    if (cJSON_IsNumber(ig)) {
+    HSI_TRY(j_doubles(&n->scale, cJSON_GetObjectItemCaseSensitive(o, "scale"), n->n_bands, path,
+                      "normalization.scale"));
+    HSI_TRY(j_doubles(&n->center, cJSON_GetObjectItemCaseSensitive(o, "center"), n->n_bands, path,
+                      "normalization.center"));
+    HSI_TRY(j_doubles(&n->offset, cJSON_GetObjectItemCaseSensitive(o, "offset"), n->n_bands, path,
+                      "normalization.offset"));
+    HSI_TRY(j_doubles(&n->fill, cJSON_GetObjectItemCaseSensitive(o, "fill"), n->n_bands, path,
+                      "normalization.fill"));
+    const cJSON *l2 = cJSON_GetObjectItemCaseSensitive(o, "l2");
+    if (l2 && !cJSON_IsBool(l2)) {
+        char f[96];
+        jfound(f, sizeof f, l2);
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'normalization.l2' must be true or false, found %s",
+                      path, f);
+        goto cleanup;
+    }
+    n->l2 = cJSON_IsTrue(l2);
+    const cJSON *ig = cJSON_GetObjectItemCaseSensitive(o, "ignore_value");
+    if (ig && !cJSON_IsNull(ig)) {
+        HSI_TRY(j_number(&n->ignore_value, ig, path, "normalization.ignore_value"));
         n->has_ignore = 1;
-        n->ignore_value = ig->valuedouble;
     }
 cleanup:
-    free(b);
     if (st != HSI_OK) hsi_norm_free(n);
     return st;
 }
 
-/* A file named by pipeline.json: a plain name inside the directory. */
-static hsi_status member(char **out, const char *dir, const char *path, const cJSON *name,
-                         const char *what)
+void hsi_run_spec_free(hsi_run_spec *s)
 {
-    *out = NULL;
-    if (!cJSON_IsString(name) || !*name->valuestring || strchr(name->valuestring, '/') ||
-        !strcmp(name->valuestring, "..") || !strcmp(name->valuestring, "."))
-        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must name a file inside the run directory",
-                        path, what);
-    *out = hsi_run_path(dir, name->valuestring);
-    return *out ? HSI_OK : HSI_ERR_NOMEM;
+    if (!s) return;
+    free(s->model_file);
+    free(s->preprocessing_file);
+    free(s->split_file);
+    free(s->pca_file);
+    if (s->has_norm) hsi_norm_free(&s->norm);
+    if (s->names)
+        for (int k = 0; k < s->n_classes; k++) free(s->names[k]);
+    free(s->names);
+    free(s->label_ids);
+    free(s->colors);
+    memset(s, 0, sizeof *s);
 }
 
-static hsi_status load_prep(hsi_run *r, const cJSON *j, const char *dir, const char *path)
+static hsi_status parse_classes(hsi_run_spec *s, const cJSON *classes, const char *path)
 {
     hsi_status st = HSI_OK;
-    char *pp = NULL;
-    const cJSON *pf = cJSON_GetObjectItem(j, "preprocessing_file");
-    if (pf) {
-        HSI_TRY(member(&pp, dir, path, pf, "preprocessing_file"));
-        HSI_TRY(hsi_prep_load(&r->prep, pp));
-    } else {
-        /* version 1: normalisation in the JSON, optional pca.bin */
-        const cJSON *nrm = cJSON_GetObjectItem(j, "normalization"),
-                    *pcaf = cJSON_GetObjectItem(j, "pca_file");
+    char key[64], f[96];
+    uint8_t *seen = NULL;
+    if (!cJSON_IsArray(classes)) {
+        jfound(f, sizeof f, classes);
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: 'classes' must be a list of class objects (label, "
+                                        "name, color), found %s",
+                        path, f);
+    }
+    int K = cJSON_GetArraySize(classes);
+    if (K < 2 || K > HSI_LABELS_MAX_CLASS)
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: 'classes' must list 2..%d classes, found %d", path,
+                        HSI_LABELS_MAX_CLASS, K);
+    s->label_ids = calloc((size_t)K, sizeof *s->label_ids);
+    s->names = calloc((size_t)K, sizeof *s->names);
+    s->colors = calloc((size_t)K * 3, 1);
+    seen = calloc(HSI_LABELS_MAX_CLASS + 1, 1);
+    if (!s->label_ids || !s->names || !s->colors || !seen) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    s->n_classes = K;
+    int k = 0, any_color = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, classes)
+    {
+        if (!cJSON_IsObject(e)) {
+            jfound(f, sizeof f, e);
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'classes[%d]' must be an object (label, name, "
+                                          "color), found %s",
+                          path, k, f);
+            goto cleanup;
+        }
+        const cJSON *ix = cJSON_GetObjectItemCaseSensitive(e, "index"),
+                    *lb = cJSON_GetObjectItemCaseSensitive(e, "label"),
+                    *nm = cJSON_GetObjectItemCaseSensitive(e, "name"),
+                    *co = cJSON_GetObjectItemCaseSensitive(e, "color");
+        int64_t v = 0;
+        if (ix) {
+            snprintf(key, sizeof key, "classes[%d].index", k);
+            HSI_TRY(j_int(&v, ix, path, key, 0, K - 1));
+            if (v != k) {
+                st = HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' is %lld; a class's index is its position "
+                                              "in the list (%d)",
+                              path, key, (long long)v, k);
+                goto cleanup;
+            }
+        }
+        snprintf(key, sizeof key, "classes[%d].label", k);
+        HSI_TRY(j_int(&v, lb, path, key, 1, HSI_LABELS_MAX_CLASS));
+        if (seen[v]) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' is %lld, the label of an earlier class too",
+                          path, key, (long long)v);
+            goto cleanup;
+        }
+        seen[v] = 1;
+        s->label_ids[k] = v;
+        const char *name = NULL;
+        snprintf(key, sizeof key, "classes[%d].name", k);
+        HSI_TRY(j_string(&name, nm, path, key, 0));
+        if (!(s->names[k] = strdup(name ? name : "?"))) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        if (co) {
+            if (!cJSON_IsArray(co) || cJSON_GetArraySize(co) != 3) {
+                if (cJSON_IsArray(co)) snprintf(f, sizeof f, "a list of %d", cJSON_GetArraySize(co));
+                else jfound(f, sizeof f, co);
+                st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'classes[%d].color' must be a list of 3 integers "
+                                              "in 0..255 (red, green, blue), found %s",
+                              path, k, f);
+                goto cleanup;
+            }
+            for (int q = 0; q < 3; q++) {
+                snprintf(key, sizeof key, "classes[%d].color[%d]", k, q);
+                HSI_TRY(j_int(&v, cJSON_GetArrayItem(co, q), path, key, 0, 255));
+                s->colors[3 * k + q] = (uint8_t)v;
+            }
+            any_color = 1;
+        }
+        k++;
+    }
+    if (!any_color) {
+        free(s->colors);
+        s->colors = NULL;
+    }
+cleanup:
+    free(seen);
+    return st;
+}
+
+hsi_status hsi_run_spec_parse(hsi_run_spec *s, const char *text, size_t len, const char *path)
+{
+    hsi_status st = HSI_OK;
+    char f[96];
+    cJSON *j = NULL;
+    memset(s, 0, sizeof *s);
+    s->features = s->cube_bands = -1;
+    j = cJSON_ParseWithLength(text, len);
+    if (!j) {
+        const char *ep = cJSON_GetErrorPtr();
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: not valid JSON (near byte %ld)", path,
+                      ep && ep >= text && ep <= text + len ? (long)(ep - text) : 0L);
+        goto cleanup;
+    }
+    if (!cJSON_IsObject(j)) {
+        jfound(f, sizeof f, j);
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: must hold a JSON object, found %s", path, f);
+        goto cleanup;
+    }
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
+    int64_t v = 1;
+    if (ver) {
+        if (cJSON_IsNumber(ver) && ver->valuedouble == floor(ver->valuedouble) &&
+            ver->valuedouble > HSI_RUN_VERSION && ver->valuedouble < 1e9) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'version' is %.0f; this hsi reads run directories up "
+                                          "to version %d (a newer hsi wrote it)",
+                          path, ver->valuedouble, HSI_RUN_VERSION);
+            goto cleanup;
+        }
+        HSI_TRY(j_int(&v, ver, path, "version", 1, HSI_RUN_VERSION));
+    }
+    s->version = (int)v;
+    const char *model = NULL, *pad = NULL;
+    HSI_TRY(j_string(&model, cJSON_GetObjectItemCaseSensitive(j, "model"), path, "model", 1));
+    int known = 0;
+    for (const hsi_model_spec *m = hsi_model_list(); m->name && !known; m++)
+        known = !strcmp(m->name, model);
+    if (!known || strlen(model) >= sizeof s->model) {
+        char list[256] = "";
+        for (const hsi_model_spec *m = hsi_model_list(); m->name; m++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "",
+                     m->name);
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'model' is '%.40s', which this hsi does not know "
+                                      "(known: %s)",
+                      path, model, list);
+        goto cleanup;
+    }
+    snprintf(s->model, sizeof s->model, "%s", model);
+    HSI_TRY(j_int(&v, cJSON_GetObjectItemCaseSensitive(j, "patch"), path, "patch", 1, HSI_PATCH_MAX));
+    if (v % 2 == 0) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'patch' must be odd (a pixel and the same number of "
+                                      "neighbours on each side), found %lld",
+                      path, (long long)v);
+        goto cleanup;
+    }
+    s->patch = (int)v;
+    HSI_TRY(j_string(&pad, cJSON_GetObjectItemCaseSensitive(j, "pad"), path, "pad", 0));
+    if (pad && strcmp(pad, "mirror") && strcmp(pad, "zero")) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'pad' must be \"mirror\" or \"zero\", found \"%.40s\"",
+                      path, pad);
+        goto cleanup;
+    }
+    s->pad = pad && !strcmp(pad, "zero") ? HSI_PAD_ZERO : HSI_PAD_MIRROR;
+    const cJSON *fe = cJSON_GetObjectItemCaseSensitive(j, "features"),
+                *cb = cJSON_GetObjectItemCaseSensitive(j, "cube_bands");
+    if (fe) HSI_TRY(j_int(&s->features, fe, path, "features", 1, RUN_MAX_FEATURES));
+    if (cb) HSI_TRY(j_int(&s->cube_bands, cb, path, "cube_bands", 1, RUN_MAX_FEATURES));
+    HSI_TRY(j_member(&s->model_file, cJSON_GetObjectItemCaseSensitive(j, "model_file"), path,
+                     "model_file"));
+    HSI_TRY(j_member(&s->preprocessing_file,
+                     cJSON_GetObjectItemCaseSensitive(j, "preprocessing_file"), path,
+                     "preprocessing_file"));
+    HSI_TRY(j_member(&s->split_file, cJSON_GetObjectItemCaseSensitive(j, "split_file"), path,
+                     "split_file"));
+    HSI_TRY(j_member(&s->pca_file, cJSON_GetObjectItemCaseSensitive(j, "pca_file"), path,
+                     "pca_file"));
+    const cJSON *nrm = cJSON_GetObjectItemCaseSensitive(j, "normalization");
+    if (nrm) {
         if (!cJSON_IsObject(nrm)) {
-            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: needs 'preprocessing_file' (or, version 1, "
-                                          "'normalization')",
+            jfound(f, sizeof f, nrm);
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'normalization' must be an object, found %s", path, f);
+            goto cleanup;
+        }
+        HSI_TRY(norm_from_json_v1(&s->norm, nrm, path));
+        s->has_norm = 1;
+    }
+    if (!s->preprocessing_file) {
+        if (s->version >= 2) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'preprocessing_file' is missing (version %d names "
+                                          "its preprocessing file, normally "
+                                          "\"preprocessing.safetensors\")",
+                          path, s->version);
+            goto cleanup;
+        }
+        if (!s->has_norm) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'normalization' is missing (a version 1 run holds "
+                                          "its normalisation there, and its PCA in 'pca_file')",
                           path);
             goto cleanup;
         }
-        if (pcaf) {
-            HSI_TRY(member(&pp, dir, path, pcaf, "pca_file"));
-            HSI_TRY(hsi_prep_load(&r->prep, pp));
-        } else {
-            HSI_TRY(norm_from_json_v1(&r->prep.norm, nrm, path));
-            r->prep.n_cube_bands = r->prep.norm.n_cube_bands;
+    }
+    if (s->has_norm && s->cube_bands >= 0 && s->cube_bands != s->norm.n_cube_bands) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'cube_bands' is %lld but 'normalization.n_cube_bands' is "
+                                      "%lld",
+                      path, (long long)s->cube_bands, (long long)s->norm.n_cube_bands);
+        goto cleanup;
+    }
+    HSI_TRY(parse_classes(s, cJSON_GetObjectItemCaseSensitive(j, "classes"), path));
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(j, "training");
+    if (tr && !cJSON_IsObject(tr)) {
+        jfound(f, sizeof f, tr);
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'training' must be an object (the settings of the run), "
+                                      "found %s",
+                      path, f);
+        goto cleanup;
+    }
+cleanup:
+    cJSON_Delete(j);
+    if (st != HSI_OK) hsi_run_spec_free(s);
+    return st;
+}
+
+hsi_status hsi_run_state_config(cJSON **out, const char *path, const char *config, const cJSON *like)
+{
+    hsi_status st = HSI_OK;
+    char f[96], key[160];
+    cJSON *j = NULL;
+    *out = NULL;
+    if (!config) return HSI_OK;
+    j = cJSON_Parse(config);
+    if (!cJSON_IsObject(j)) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'config' must be a JSON object, found "
+                                      "'%.60s%s'",
+                      path, config, strlen(config) > 60 ? "..." : "");
+        goto cleanup;
+    }
+    /* where the run stood: all three (hsi writes them) or none (older) */
+    const cJSON *bv = cJSON_GetObjectItemCaseSensitive(j, "best_val"),
+                *be = cJSON_GetObjectItemCaseSensitive(j, "best_epoch"),
+                *sb = cJSON_GetObjectItemCaseSensitive(j, "since_best");
+    if (bv || be || sb) {
+        double d = 0;
+        int64_t i = 0;
+        HSI_TRY(j_number(&d, bv, path, "config.best_val"));
+        if (d != -1 && !(d >= 0 && d <= 1)) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'config.best_val' must be a validation OA in 0..1 "
+                                          "(or -1: none yet), found %.17g",
+                          path, d);
+            goto cleanup;
+        }
+        HSI_TRY(j_int(&i, be, path, "config.best_epoch", -1, 1000000000));
+        HSI_TRY(j_int(&i, sb, path, "config.since_best", 0, 1000000000));
+    }
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "config");
+    if (c) {
+        if (!cJSON_IsObject(c)) {
+            jfound(f, sizeof f, c);
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'config.config' must be an object (the run's "
+                                          "options), found %s",
+                          path, f);
+            goto cleanup;
+        }
+        const cJSON *e;
+        cJSON_ArrayForEach(e, c)
+        {
+            snprintf(key, sizeof key, "config.config.%.120s", e->string ? e->string : "?");
+            const cJSON *l = like ? cJSON_GetObjectItemCaseSensitive(like, e->string) : NULL;
+            int scalar = cJSON_IsString(e) || cJSON_IsBool(e) ||
+                         (cJSON_IsNumber(e) && isfinite(e->valuedouble));
+            int same = !l || (cJSON_IsString(l) && cJSON_IsString(e)) ||
+                       (cJSON_IsBool(l) && cJSON_IsBool(e)) || (cJSON_IsNumber(l) && cJSON_IsNumber(e));
+            if (!scalar || !same) {
+                jfound(f, sizeof f, e);
+                st = HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be %s, found %s", path, key,
+                              !l ? "a string, a finite number or a boolean"
+                              : cJSON_IsString(l) ? "a string"
+                              : cJSON_IsBool(l)   ? "true or false"
+                                                  : "a finite number",
+                              f);
+                goto cleanup;
+            }
+        }
+    }
+    *out = j;
+    j = NULL;
+cleanup:
+    cJSON_Delete(j);
+    return st;
+}
+
+/* model.safetensors written by hsi carries what it was trained for in its
+ * __metadata__: when it does, it must agree with pipeline.json and the
+ * preprocessing (a foreign file is left to the strict load). hint: said
+ * after an input-shape mismatch (may be ""). */
+static hsi_status check_model_meta(const hsi_st_file *f, const char *mp, const hsi_run *r,
+                                   const char *hint)
+{
+    hsi_status st = HSI_OK;
+    cJSON *a = NULL;
+    const char *fmt = hsi_safetensors_meta(f, "format");
+    if (!fmt || strcmp(fmt, "hsi.model")) return HSI_OK;
+    const char *m = hsi_safetensors_meta(f, "model"), *is = hsi_safetensors_meta(f, "input_shape"),
+               *nc = hsi_safetensors_meta(f, "n_classes"), *li = hsi_safetensors_meta(f, "label_ids"),
+               *cn = hsi_safetensors_meta(f, "class_names");
+    if (m && strcmp(m, r->model)) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'model' is '%.40s' but pipeline.json says "
+                                      "'model' is '%s'",
+                      mp, m, r->model);
+        goto cleanup;
+    }
+    if (is) {
+        int64_t want[5];
+        int nd = hsi_model_input_shape(r->model, 1, r->n_features, r->patch, want);
+        char ws[64] = "[";
+        for (int i = 1; i < nd; i++)
+            snprintf(ws + strlen(ws), sizeof ws - strlen(ws), "%s%lld", i > 1 ? ", " : "",
+                     (long long)want[i]);
+        snprintf(ws + strlen(ws), sizeof ws - strlen(ws), "]");
+        a = cJSON_Parse(is);
+        int same = cJSON_IsArray(a) && cJSON_GetArraySize(a) == nd - 1;
+        for (int i = 1; same && i < nd; i++) {
+            const cJSON *d = cJSON_GetArrayItem(a, i - 1);
+            same = cJSON_IsNumber(d) && d->valuedouble == (double)want[i];
+        }
+        if (!same) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'input_shape' is %.60s but pipeline.json "
+                                          "('model' %s, 'patch' %d) and its preprocessing (%d "
+                                          "features) give %s%s",
+                          mp, is, r->model, r->patch, r->n_features, ws, hint);
+            goto cleanup;
+        }
+        cJSON_Delete(a);
+        a = NULL;
+    }
+    if (nc) {
+        char *end = NULL;
+        long v = strtol(nc, &end, 10);
+        if (end == nc || *end || v != r->n_classes) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'n_classes' is '%.20s' but pipeline.json "
+                                          "lists %d classes",
+                          mp, nc, r->n_classes);
+            goto cleanup;
+        }
+    }
+    if (li) {
+        a = cJSON_Parse(li);
+        int same = cJSON_IsArray(a) && cJSON_GetArraySize(a) == r->n_classes;
+        for (int k = 0; same && k < r->n_classes; k++) {
+            const cJSON *d = cJSON_GetArrayItem(a, k);
+            same = cJSON_IsNumber(d) && d->valuedouble == (double)r->label_ids[k];
+        }
+        if (!same) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'label_ids' is %.80s but pipeline.json's "
+                                          "'classes' have other labels (or another order)",
+                          mp, li);
+            goto cleanup;
+        }
+        cJSON_Delete(a);
+        a = NULL;
+    }
+    if (cn) {
+        a = cJSON_Parse(cn);
+        int ok = cJSON_IsArray(a) && cJSON_GetArraySize(a) == r->n_classes;
+        for (const cJSON *e = ok ? a->child : NULL; e && ok; e = e->next) ok = cJSON_IsString(e);
+        if (!ok) {
+            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: __metadata__ 'class_names' must be a JSON list of %d "
+                                          "strings, found %.80s",
+                          mp, r->n_classes, cn);
+            goto cleanup;
         }
     }
 cleanup:
-    free(pp);
+    cJSON_Delete(a);
     return st;
 }
 
 hsi_status hsi_run_load(hsi_run *r, const char *dir)
 {
     hsi_status st = HSI_OK;
-    char *path = NULL, *text = NULL, *mp = NULL, *sp = NULL;
-    cJSON *j = NULL;
+    char *path = NULL, *text = NULL, *mp = NULL, *sp = NULL, *pp = NULL;
+    char hint[400] = "";
+    hsi_run_spec s;
+    hsi_st_file *mf = NULL;
     hsi_labels roles;
+    memset(&s, 0, sizeof s);
     hsi_labels_init(&roles);
     memset(r, 0, sizeof *r);
     size_t len;
     if (!(path = hsi_run_path(dir, "pipeline.json"))) return HSI_ERR_NOMEM;
     HSI_TRY(hsi_read_file(path, &text, &len));
-    j = cJSON_Parse(text);
-    if (!j) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: not valid JSON (near byte %ld)", path,
-                      cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - text) : 0L);
-        goto cleanup;
-    }
-    const cJSON *ver = cJSON_GetObjectItem(j, "version"), *model = cJSON_GetObjectItem(j, "model"),
-                *patch = cJSON_GetObjectItem(j, "patch"), *classes = cJSON_GetObjectItem(j, "classes"),
-                *pad = cJSON_GetObjectItem(j, "pad");
-    if (cJSON_IsNumber(ver) && ver->valueint > HSI_RUN_VERSION) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: version %d; this hsi reads run directories up to "
-                                      "version %d (a newer hsi wrote it)",
-                      path, ver->valueint, HSI_RUN_VERSION);
-        goto cleanup;
-    }
-    if (!cJSON_IsString(model) || !cJSON_IsNumber(patch) || !cJSON_IsArray(classes)) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: needs 'model', 'patch' and 'classes'", path);
-        goto cleanup;
-    }
-    snprintf(r->model, sizeof r->model, "%s", model->valuestring);
-    r->patch = patch->valueint;
-    if (r->patch < 1 || r->patch % 2 == 0 || r->patch > HSI_PATCH_MAX) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'patch' must be odd and in 1..%d (found %d)", path,
-                      HSI_PATCH_MAX, r->patch);
-        goto cleanup;
-    }
-    r->pad = cJSON_IsString(pad) && !strcmp(pad->valuestring, "zero") ? HSI_PAD_ZERO : HSI_PAD_MIRROR;
-    HSI_TRY(load_prep(r, j, dir, path));
-    r->n_features = (int)hsi_prep_n_out(&r->prep);
-    r->n_classes = cJSON_GetArraySize(classes);
-    if (r->n_classes < 2) {
-        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: fewer than 2 classes", path);
-        goto cleanup;
-    }
-    r->label_ids = calloc((size_t)r->n_classes, sizeof *r->label_ids);
-    r->names = calloc((size_t)r->n_classes, sizeof *r->names);
-    r->colors = calloc((size_t)r->n_classes * 3, 1);
-    if (!r->label_ids || !r->names || !r->colors) {
-        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
-        goto cleanup;
-    }
-    int k = 0, any_color = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, classes)
-    {
-        const cJSON *lb = cJSON_GetObjectItem(e, "label"), *nm = cJSON_GetObjectItem(e, "name"),
-                    *co = cJSON_GetObjectItem(e, "color");
-        if (!cJSON_IsNumber(lb)) {
-            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: classes[%d] has no 'label'", path, k);
+    HSI_TRY(hsi_run_spec_parse(&s, text, len, path));
+    snprintf(r->model, sizeof r->model, "%s", s.model);
+    r->patch = s.patch;
+    r->pad = s.pad;
+    /* the preprocessing: its file (version 2), or version 1's pca_file or
+     * the normalisation held in the JSON */
+    const char *pkey = s.preprocessing_file ? "preprocessing_file" : "pca_file";
+    const char *pname = s.preprocessing_file ? s.preprocessing_file : s.pca_file;
+    if (pname) {
+        if (!(pp = hsi_run_path(dir, pname))) {
+            st = HSI_ERR_NOMEM;
             goto cleanup;
         }
-        r->label_ids[k] = (int64_t)lb->valuedouble;
-        r->names[k] = strdup(cJSON_IsString(nm) ? nm->valuestring : "?");
-        if (cJSON_IsArray(co) && cJSON_GetArraySize(co) == 3) {
-            any_color = 1;
-            for (int q = 0; q < 3; q++)
-                r->colors[3 * k + q] = (uint8_t)cJSON_GetArrayItem(co, q)->valueint;
+        st = hsi_prep_load(&r->prep, pp);
+        if (st != HSI_OK) {
+            hsi_fail_context(st, "%s: '%s'", path, pkey);
+            goto cleanup;
         }
-        k++;
+    } else {
+        r->prep.norm = s.norm; /* moved */
+        s.has_norm = 0;
+        memset(&s.norm, 0, sizeof s.norm);
+        r->prep.n_cube_bands = r->prep.norm.n_cube_bands;
+        snprintf(hint, sizeof hint, " (pipeline.json has no 'pca_file', so the model gets the %lld "
+                                    "normalised bands of 'normalization'; a run fitted with PCA "
+                                    "needs its 'pca_file')",
+                 (long long)r->prep.norm.n_bands);
     }
-    if (!any_color) {
-        free(r->colors);
-        r->colors = NULL;
+    r->n_features = (int)hsi_prep_n_out(&r->prep);
+    if (s.features >= 0 && s.features != r->n_features) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'features' is %lld but %s ('%s') gives %d features", path,
+                      (long long)s.features, pname ? pname : "the normalisation", pkey,
+                      r->n_features);
+        goto cleanup;
     }
-    HSI_TRY(hsi_model_create(&r->net, r->model, r->n_features, r->patch, r->n_classes, HSI_F32, 0));
-    const cJSON *mf = cJSON_GetObjectItem(j, "model_file");
-    if (mf) HSI_TRY(member(&mp, dir, path, mf, "model_file"));
-    else if (!(mp = hsi_run_path(dir, "model.safetensors"))) {
+    if (s.cube_bands >= 0 && s.cube_bands != r->prep.n_cube_bands) {
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: 'cube_bands' is %lld but %s ('%s') was fitted on cubes of "
+                                      "%lld bands",
+                      path, (long long)s.cube_bands, pname ? pname : "the normalisation", pkey,
+                      (long long)r->prep.n_cube_bands);
+        goto cleanup;
+    }
+    r->n_classes = s.n_classes;
+    r->label_ids = s.label_ids;
+    r->names = s.names;
+    r->colors = s.colors;
+    s.label_ids = NULL;
+    s.names = NULL;
+    s.colors = NULL;
+    s.n_classes = 0;
+    st = hsi_model_create(&r->net, r->model, r->n_features, r->patch, r->n_classes, HSI_F32, 0);
+    if (st != HSI_OK) {
+        hsi_fail_context(st, "%s: 'model' %s with 'patch' %d", path, r->model, r->patch);
+        goto cleanup;
+    }
+    if (!(mp = hsi_run_path(dir, s.model_file ? s.model_file : "model.safetensors"))) {
         st = HSI_ERR_NOMEM;
         goto cleanup;
     }
-    HSI_TRY(hsi_module_load(r->net, mp, 1, NULL));
+    HSI_TRY(hsi_safetensors_open(&mf, mp));
+    HSI_TRY(check_model_meta(mf, mp, r, hint));
+    st = hsi_module_load_file(r->net, mf, mp, 1, NULL);
+    if (st != HSI_OK) {
+        if (hint[0] && strstr(hsi_last_error(), "shape mismatch")) {
+            char old[2048];
+            snprintf(old, sizeof old, "%s", hsi_last_error());
+            hsi_fail(st, "%s%s", old, hint);
+        }
+        goto cleanup;
+    }
     hsi_module_train(r->net, 0);
-    const cJSON *sf = cJSON_GetObjectItem(j, "split_file");
-    if (sf) {
-        HSI_TRY(member(&sp, dir, path, sf, "split_file"));
-        HSI_TRY(hsi_labels_open(&roles, sp, NULL));
+    if (s.split_file) {
+        if (!(sp = hsi_run_path(dir, s.split_file))) {
+            st = HSI_ERR_NOMEM;
+            goto cleanup;
+        }
+        st = hsi_labels_open(&roles, sp, NULL);
+        if (st != HSI_OK) {
+            hsi_fail_context(st, "%s: 'split_file'", path);
+            goto cleanup;
+        }
         hsi_view_ref(&r->roles, &roles.map);
     }
 cleanup:
     if (st != HSI_OK) hsi_run_free(r);
+    hsi_safetensors_close(mf);
     hsi_labels_free(&roles);
-    cJSON_Delete(j);
+    hsi_run_spec_free(&s);
     free(text);
     free(path);
+    free(pp);
     free(mp);
     free(sp);
     return st;

@@ -24,6 +24,42 @@ hsi_status hsi_write_class_envi(const char *path, const hsi_view *classes, int n
                                 char *const *names, const uint8_t *rgb, const hsi_meta *geo,
                                 const char *description);
 
+/* pipeline.json parsed and validated on its own (no other file opened):
+ * every field's type and range, file names confined to the run directory,
+ * classes with unique labels. Owns its members. */
+typedef struct hsi_run_spec {
+    int version;              /* 1..HSI_RUN_VERSION (1 when absent) */
+    char model[32];           /* a name of hsi_model_list */
+    int patch;                /* odd, 1..HSI_PATCH_MAX */
+    hsi_pad_mode pad;
+    int64_t features;         /* 'features', or -1 when absent (version 1) */
+    int64_t cube_bands;       /* 'cube_bands', or -1 when absent */
+    char *model_file;         /* plain names inside the directory, NULL when absent */
+    char *preprocessing_file;
+    char *split_file;
+    char *pca_file;           /* version 1 */
+    int has_norm;             /* version 1's 'normalization' was present */
+    hsi_norm norm;            /* ... and parsed */
+    int n_classes;            /* K, 2..65535 */
+    int64_t *label_ids;       /* (K) labels 1..65535, unique */
+    char **names;             /* (K) */
+    uint8_t *colors;          /* (K, 3) RGB, or NULL when no class has one */
+} hsi_run_spec;
+
+/* Parses len bytes of pipeline.json text; path names it in messages. The
+ * memory entry point of hsi_run_load (and the fuzzer's). */
+hsi_status hsi_run_spec_parse(hsi_run_spec *out, const char *text, size_t len, const char *path);
+void hsi_run_spec_free(hsi_run_spec *s); /* zeroed memory is fine */
+
+/* The trainer's 'config' of train_state.safetensors (JSON text, may be
+ * NULL: *out = NULL): an object; best_val (-1 or 0..1), best_epoch and
+ * since_best integers when present; 'config' an object of strings, finite
+ * numbers and booleans, each of the type of the same key in `like` (the
+ * options as this hsi writes them; may be NULL). *out: the parsed object
+ * (cJSON_Delete it). path names the checkpoint in messages. */
+hsi_status hsi_run_state_config(struct cJSON **out, const char *path, const char *config,
+                                const struct cJSON *like);
+
 /* model.safetensors with the architecture, input shape, classes, class
  * names and label values in its __metadata__. */
 hsi_status hsi_run_save_model(const hsi_run *r, const char *path);
