@@ -191,6 +191,79 @@ static cJSON *meta_json(const hsi_meta *m, const hsi_cube *c)
     return o;
 }
 
+/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), 0 when s does not start one. */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) return (s[1] & 0xc0) == 0x80 ? 2 : 0;
+    if (c >= 0xe0 && c <= 0xef) {
+        unsigned lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 ? 3 : 0;
+    }
+    if (c >= 0xf0 && c <= 0xf4) {
+        unsigned lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 && (s[3] & 0xc0) == 0x80 ? 4
+                                                                                      : 0;
+    }
+    return 0;
+}
+
+/* s with every byte that starts no valid UTF-8 sequence replaced by U+FFFD
+ * (cJSON_malloc'd), or NULL when s is valid already. *n_bad counts them. */
+static char *utf8_fixed(const char *s, int64_t *n_bad)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t len = 0, bad = 0;
+    for (size_t i = 0; u[i];) {
+        size_t k = utf8_seq(u + i); /* never reads past the NUL: it fails the tests */
+        if (k) i += k, len += k;
+        else i++, len += 3, bad++;
+    }
+    if (!bad) return NULL;
+    char *out = cJSON_malloc(len + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; u[i];) {
+        size_t k = utf8_seq(u + i);
+        if (k) {
+            memcpy(out + o, u + i, k);
+            i += k, o += k;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            i++, o += 3;
+        }
+    }
+    out[o] = 0;
+    *n_bad += (int64_t)bad;
+    return out;
+}
+
+/* Makes every key and string of the tree valid UTF-8 (headers are often
+ * Latin-1, and JSON must be UTF-8): counts the bytes replaced in *n and
+ * names the first member they were found in (parent: the enclosing key). */
+static void json_utf8_fix(cJSON *item, const char *parent, int64_t *n, char *first,
+                          size_t first_n)
+{
+    for (; item; item = item->next) {
+        int64_t before = *n;
+        char *f;
+        if (item->string && !(item->type & cJSON_StringIsConst) &&
+            (f = utf8_fixed(item->string, n))) {
+            cJSON_free(item->string);
+            item->string = f;
+        }
+        if (cJSON_IsString(item) && item->valuestring && (f = utf8_fixed(item->valuestring, n))) {
+            cJSON_free(item->valuestring);
+            item->valuestring = f;
+        }
+        const char *here = item->string ? item->string : parent;
+        if (*n > before && !first[0] && here) snprintf(first, first_n, "%s", here);
+        if (item->child) json_utf8_fix(item->child, here, n, first, first_n);
+    }
+}
+
 /* A classification file (declared as such, or carrying class names) is
  * shown as a label map too: pixels per class. */
 static int is_label_map(const hsi_cube *c)
@@ -216,6 +289,19 @@ static void emit(const hsi_meta *m, const hsi_cube *c, int json, const char *err
             }
             cJSON_AddNumberToObject(o, "labelled_pixels", (double)hsi_labels_n_labelled(lab));
             cJSON_AddNumberToObject(o, "unlabelled_pixels", (double)lab->counts[0]);
+        }
+        int64_t n_bad = 0;
+        char first[80] = "";
+        json_utf8_fix(o, NULL, &n_bad, first, sizeof first);
+        if (n_bad) {
+            char note[320];
+            snprintf(note, sizeof note,
+                     "text that is not UTF-8 (a Latin-1 header?): %lld byte%s replaced by U+FFFD "
+                     "in this JSON output, first in '%s'; the file is unchanged",
+                     (long long)n_bad, n_bad == 1 ? "" : "s", first[0] ? first : "?");
+            cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "warnings");
+            if (w) cJSON_AddItemToArray(w, cJSON_CreateString(note));
+            hsi_warn("%s", note);
         }
         char *s = cJSON_Print(o);
         if (s) puts(s);
@@ -265,7 +351,12 @@ static int info_run(int argc, char **argv)
     if (st == HSI_OK) {
         hsi_labels lab;
         hsi_labels_init(&lab);
-        int have_lab = is_label_map(&c) && hsi_labels_open(&lab, path, opt.var) == HSI_OK;
+        int have_lab = 0;
+        if (is_label_map(&c)) {
+            have_lab = hsi_labels_open(&lab, path, opt.var) == HSI_OK;
+            if (!have_lab) /* say why there are no class counts */
+                hsi_meta_warn(&c.meta, "not read as a label map: %s", hsi_last_error());
+        }
         emit(&c.meta, &c, json, NULL, have_lab ? &lab : NULL);
         hsi_labels_free(&lab);
         hsi_cube_free(&c);
@@ -297,7 +388,9 @@ HSI_CLI_COMMAND(info, {"info", "show a cube's dimensions, type, layout, waveleng
                        "\n"
                        "  --json       machine-readable output (keys: format, samples, lines,\n"
                        "               bands, dtype, interleave, byte_order, header_offset,\n"
-                       "               data_file, wavelengths (nm) when known, ...)\n"
+                       "               data_file, wavelengths (nm) when known, ...);\n"
+                       "               always UTF-8: bytes of the header that are not UTF-8\n"
+                       "               are shown as U+FFFD and a warning says how many\n"
                        "  --var NAME   variable of a .mat file / GDAL subdataset\n"
                        "  --image N    region of interest / image N (0-based) of an SPE file\n"
                        "\n"

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -15,6 +16,10 @@ hsi_status kcli_mask_open(kcli_mask *m, const char *path, const hsi_view *like)
     hsi_status st = HSI_OK;
     memset(m, 0, sizeof *m);
     hsi_cube_init(&m->cube);
+    /* a FIFO, a directory, ...: refused as "the mask" (a name that does not
+     * exist may be a GDAL one: hsi_cube_open decides) */
+    struct stat sb;
+    if (lstat(path, &sb) == 0) HSI_TRY(hsi_input_check(path, "mask"));
     HSI_TRY(hsi_cube_open(&m->cube, path, NULL));
     m->open = 1;
     const hsi_view *v = &m->cube.view;

@@ -7,9 +7,11 @@
 #include "cube.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "envi.h"
 #include "gdal_io.h"
@@ -58,10 +60,12 @@ static int looks_envi(const uint8_t *p, size_t n)
     return ok;
 }
 
+/* path: a side-car header found by hsi_envi_find_header; opened without
+ * blocking (hsi_input_fopen), so one that became a FIFO is not waited on. */
 static int file_looks_envi(const char *path)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return 0;
+    FILE *fp = NULL;
+    if (hsi_input_fopen(&fp, path, "ENVI header") != HSI_OK) return 0;
     uint8_t buf[65536];
     size_t n = fread(buf, 1, sizeof buf, fp);
     fclose(fp);
@@ -113,10 +117,15 @@ hsi_status hsi_cube_open(hsi_cube *out, const char *path, const hsi_open_options
 
     st = hsi_buffer_map(&buf, path);
     if (st != HSI_OK) {
-        /* not a file: maybe a GDAL name ("NETCDF:f.nc:var", "/vsizip/...") */
+        /* not a file: maybe a GDAL name ("NETCDF:f.nc:var", "/vsizip/...").
+         * A name that exists (a FIFO, a directory, a device, a symlink
+         * loop) keeps the map's error: GDAL would open it by name and wait
+         * on a FIFO. */
         char saved[1024];
         snprintf(saved, sizeof saved, "%s", hsi_last_error());
-        if (strchr(path, ':') || strncmp(path, "/vsi", 4) == 0) {
+        struct stat sb;
+        int exists = lstat(path, &sb) == 0 || (errno != ENOENT && errno != ENOTDIR);
+        if (!exists && (strchr(path, ':') || strncmp(path, "/vsi", 4) == 0)) {
             st = hsi_gdal_open(out, path, var);
             if (st == HSI_OK) goto cleanup;
         }
@@ -128,9 +137,13 @@ hsi_status hsi_cube_open(hsi_cube *out, const char *path, const hsi_open_options
 
     /* 1. ENVI: the header itself, or a data file with an ENVI side-car */
     int envi = (n > 0 && looks_envi(p, n < 65536 ? n : 65536));
-    if (!envi && !self_describing(p, n) && hsi_envi_find_header(&hdr, path) == HSI_OK && hdr &&
-        file_looks_envi(hdr))
-        envi = 1;
+    if (!envi && !self_describing(p, n)) {
+        st = hsi_envi_find_header(&hdr, path);
+        /* a side-car header name that is a FIFO, a directory, ...: say so */
+        if (st != HSI_OK && st != HSI_ERR_NOT_FOUND) goto cleanup;
+        st = HSI_OK;
+        envi = hdr && file_looks_envi(hdr);
+    }
     hsi_clear_error();
     if (envi) {
         hsi_buffer_release(buf);

@@ -1,7 +1,8 @@
-/* envi.c — the ENVI reader: finds the data file for a header (or the header
- * for a data file), checks the size and returns a zero-copy (band, line,
- * sample) view over the mapped file. Header syntax is envi_header.c; writing
- * is envi_write.c. */
+/* envi.c — the ENVI reader's file side: finds the data file for a header
+ * (or the header for a data file), opens both without blocking (a FIFO, a
+ * directory, a device or a symlink loop is refused, saying which) and maps
+ * the data. Header syntax, the size checks, gzip and the view are
+ * envi_header.c (the memory reader); writing is envi_write.c. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -10,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <zlib.h>
+#include <unistd.h>
 
 #include "envi.h"
 
@@ -48,19 +49,80 @@ static const char *ext_dot(const char *path)
     return (dot && dot != base) ? dot : NULL;
 }
 
-static int is_regular(const char *path, struct stat *sb)
+/* What hsi_input_open accepts (a regular file or a block device), asked
+ * with stat only: a lookup never opens a candidate. */
+static int is_input(const char *path)
 {
-    struct stat s;
-    if (!sb) sb = &s;
-    return stat(path, sb) == 0 && S_ISREG(sb->st_mode);
+    struct stat sb;
+    return stat(path, &sb) == 0 && (S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode));
+}
+
+/* Names that exist but cannot be read as a file (a FIFO, a directory, a
+ * device, a symlink loop or a dangling symlink): the first one other than
+ * a directory, and the first directory, for the message when no usable
+ * candidate is found. */
+typedef struct unusable {
+    char *other, *dir;
+} unusable;
+
+static void unusable_note(unusable *u, const char *path)
+{
+    struct stat sb;
+    if (!u || lstat(path, &sb) != 0) return;
+    int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    char **slot = is_dir ? &u->dir : &u->other;
+    if (!*slot) *slot = strdup(path);
+}
+
+static void unusable_free(unusable *u)
+{
+    free(u->other);
+    free(u->dir);
+}
+
+/* The failure for an unusable candidate of the given role ("data file"),
+ * with the names tried: "X: the data file is a FIFO (named pipe), expected
+ * a regular file (tried ...)". Returns HSI_OK when there is none (or it
+ * has become usable meanwhile). */
+static hsi_status unusable_fail(const unusable *u, const char *owner, const char *what,
+                                const char *tried_list)
+{
+    const char *path = u->other ? u->other : u->dir;
+    if (!path) return HSI_OK;
+    char why[1024];
+    hsi_status st;
+    struct stat sb;
+    char target[PATH_MAX];
+    ssize_t tn;
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) && stat(path, &sb) != 0 && errno == ENOENT &&
+        (tn = readlink(path, target, sizeof target - 1)) >= 0) {
+        target[tn] = 0;
+        st = HSI_ERR_IO;
+        snprintf(why, sizeof why, "%s: the %s is a symbolic link to '%s', which does not exist",
+                 path, what, target);
+    } else {
+        st = hsi_input_check(path, what);
+        if (st == HSI_OK) return HSI_OK;
+        int is_link = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+        if (is_link && (tn = readlink(path, target, sizeof target - 1)) >= 0) {
+            target[tn] = 0;
+            snprintf(why, sizeof why, "%s; it is a symbolic link to '%s'", hsi_last_error(),
+                     target);
+        } else {
+            snprintf(why, sizeof why, "%s", hsi_last_error());
+        }
+    }
+    return HSI_FAIL(st, "%s: %s (tried %s, any letter case)", owner, why, tried_list);
 }
 
 /* Finds `want` in its directory: the exact name first, then a name that
  * differs only in letter case (by listing the directory). Returns a
- * malloc'd path or NULL. */
-static char *match_ci(const char *want)
+ * malloc'd path or NULL; names that exist but are no file to read go to
+ * *u (may be NULL). */
+static char *match_ci(const char *want, unusable *u)
 {
-    if (is_regular(want, NULL)) return strdup(want);
+    if (is_input(want)) return strdup(want);
+    unusable_note(u, want);
     const char *slash = strrchr(want, '/');
     char *dir = slash ? strndup(want, (size_t)(slash - want + (slash == want))) : strdup(".");
     const char *base = slash ? slash + 1 : want;
@@ -75,10 +137,11 @@ static char *match_ci(const char *want)
             char *cand = malloc(n);
             if (!cand) break;
             snprintf(cand, n, "%s/%s", dir, e->d_name);
-            if (is_regular(cand, NULL)) {
+            if (is_input(cand)) {
                 found = cand;
                 break;
             }
+            if (strcmp(e->d_name, base)) unusable_note(u, cand); /* the exact name: noted above */
             free(cand);
         }
         closedir(d);
@@ -114,6 +177,7 @@ hsi_status hsi_envi_find_header(char **out, const char *data_path)
     t.buf[0] = 0;
     char *cands[2] = {NULL, NULL};
     int nc = 0;
+    unusable u = {NULL, NULL};
     /* appended form first (X.ext.hdr), then replaced (X.hdr) */
     cands[nc++] = str_cat(data_path, ".hdr");
     const char *dot = ext_dot(data_path);
@@ -129,13 +193,16 @@ hsi_status hsi_envi_find_header(char **out, const char *data_path)
             goto cleanup;
         }
         tried_add(&t, cands[i]);
-        if ((*out = match_ci(cands[i]))) goto cleanup;
+        if ((*out = match_ci(cands[i], &u))) goto cleanup;
     }
+    /* a header name that is a FIFO, a directory, ...: say so */
+    if ((st = unusable_fail(&u, data_path, "ENVI header", t.buf)) != HSI_OK) goto cleanup;
     st = HSI_FAIL(HSI_ERR_NOT_FOUND,
                   "%s: no ENVI header found beside the data file (tried %s, any letter case)",
                   data_path, t.buf);
 cleanup:
     for (int i = 0; i < nc; i++) free(cands[i]);
+    unusable_free(&u);
     return st;
 }
 
@@ -154,6 +221,7 @@ hsi_status hsi_envi_find_data(char **out, const char *header_path, const hsi_met
     struct stat hsb;
     int have_h = stat(header_path, &hsb) == 0;
     int self_seen = 0;
+    unusable u = {NULL, NULL};
     char *stem = ends_with_ci(header_path, ".hdr")
                      ? strndup(header_path, strlen(header_path) - 4)
                      : strdup(header_path);
@@ -166,7 +234,7 @@ hsi_status hsi_envi_find_data(char **out, const char *header_path, const hsi_met
             goto cleanup;
         }
         tried_add(&t, cand);
-        char *hit = match_ci(cand);
+        char *hit = match_ci(cand, &u);
         free(cand);
         if (!hit) continue;
         struct stat dsb;
@@ -187,6 +255,9 @@ hsi_status hsi_envi_find_data(char **out, const char *header_path, const hsi_met
                      extra);
         goto cleanup;
     }
+    /* a candidate that is a FIFO, a directory, a device, a symlink loop:
+     * say what was found (a directory only when nothing else was) */
+    if ((st = unusable_fail(&u, header_path, "data file", t.buf)) != HSI_OK) goto cleanup;
     if (self_seen)
         st = HSI_FAIL(HSI_ERR_FORMAT,
                       "%s: the header is named as its own data file: the only candidate for the "
@@ -197,6 +268,7 @@ hsi_status hsi_envi_find_data(char **out, const char *header_path, const hsi_met
                       "%s: data file not found (tried %s, any letter case)", header_path,
                       t.buf);
 cleanup:
+    unusable_free(&u);
     free(extra);
     free(stem);
     return st;
@@ -204,165 +276,17 @@ cleanup:
 
 /* -------------------------------------------------------------- opening */
 
-/* Does the file start like an ENVI header ("ENVI" + end of line)? */
-static int looks_like_header(const char *path)
+/* Does the file open on fd start like an ENVI header ("ENVI" + end of
+ * line)? fd: from hsi_input_open (never a FIFO), read at offset 0. */
+static int looks_like_header(int fd)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return 0;
     unsigned char b[8] = {0};
-    size_t n = fread(b, 1, sizeof b, fp);
-    fclose(fp);
+    ssize_t got = pread(fd, b, sizeof b, 0);
+    size_t n = got > 0 ? (size_t)got : 0;
     size_t o = (n >= 3 && b[0] == 0xEF && b[1] == 0xBB && b[2] == 0xBF) ? 3 : 0;
     if (n < o + 4 || strncasecmp((const char *)b + o, "ENVI", 4)) return 0;
     return n == o + 4 || b[o + 4] == '\n' || b[o + 4] == '\r' || b[o + 4] == ' ' ||
            b[o + 4] == '\t';
-}
-
-static void release_host_gz(hsi_buffer *b) { hsi_aligned_free(b->data); }
-
-/* Inflates a gzip data file into a host buffer of exactly `want` bytes. */
-static hsi_status read_gzip(hsi_buffer **out, const char *path, int64_t want,
-                            int64_t file_size)
-{
-    hsi_status st = HSI_OK;
-    *out = NULL;
-    /* deflate expands at most ~1032:1: refuse before allocating */
-    if (want / 1100 > file_size + 1024)
-        return HSI_FAIL(HSI_ERR_FORMAT,
-                        "%s: 'file compression = 1': a %lld-byte gzip file cannot inflate to the "
-                        "%lld bytes the header describes",
-                        path, (long long)file_size, (long long)want);
-    if ((uint64_t)want > (uint64_t)SIZE_MAX - 64)
-        return HSI_FAIL(HSI_ERR_OVERFLOW, "%s: %lld bytes do not fit in memory", path,
-                        (long long)want);
-    uint8_t *data = hsi_aligned_alloc((size_t)want + 1);
-    if (!data)
-        return HSI_FAIL(HSI_ERR_NOMEM, "%s: cannot allocate %lld bytes to inflate into", path,
-                        (long long)want);
-    gzFile gz = gzopen(path, "rb");
-    if (!gz) {
-        hsi_aligned_free(data);
-        return HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    }
-    int64_t got = 0;
-    while (got < want + 1) {
-        int64_t chunk = want + 1 - got;
-        if (chunk > (1 << 30)) chunk = 1 << 30;
-        int r = gzread(gz, data + got, (unsigned)chunk);
-        if (r < 0) {
-            int en;
-            const char *msg = gzerror(gz, &en);
-            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: gzip stream broken after %lld bytes: %s", path,
-                          (long long)got, msg ? msg : "?");
-            goto cleanup;
-        }
-        if (r == 0) break;
-        got += r;
-    }
-    {
-        int en = Z_OK;
-        const char *msg = gzerror(gz, &en);
-        if (en != Z_OK) {
-            st = HSI_FAIL(HSI_ERR_FORMAT, "%s: gzip stream broken after %lld bytes: %s", path,
-                          (long long)got, msg ? msg : "?");
-            goto cleanup;
-        }
-    }
-    if (got < want) {
-        st = HSI_FAIL(HSI_ERR_FORMAT,
-                      "%s: 'file compression = 1': the gzip stream inflates to %lld bytes, "
-                      "expected %lld (truncated?)",
-                      path, (long long)got, (long long)want);
-        goto cleanup;
-    }
-    if (got > want)
-        hsi_warn("%s: the gzip stream is longer than the %lld bytes the header describes", path,
-                 (long long)want);
-    st = hsi_buffer_wrap(out, data, (size_t)want, HSI_BUF_HOST, release_host_gz, NULL);
-    if (st == HSI_OK) data = NULL;
-cleanup:
-    gzclose(gz);
-    hsi_aligned_free(data);
-    return st;
-}
-
-/* Byte layout of the cube in its (decompressed) data file. */
-typedef struct layout {
-    int64_t offset;     /* first element */
-    int64_t strides[3]; /* band, line, sample */
-    int64_t payload;    /* S*L*B*e */
-    int64_t need;       /* bytes the view addresses, from 0 */
-    int64_t nominal;    /* header offset + payload + frame bytes */
-} layout;
-
-static hsi_status compute_layout(layout *ly, const hsi_meta *m, const char *hdr)
-{
-    int64_t e = (int64_t)hsi_dtype_size(m->dtype);
-    int64_t B = m->n_bands, L = m->n_lines, S = m->n_samples;
-    int64_t o1 = m->major_frame_offsets[0], o2 = m->major_frame_offsets[1], t;
-    hsi_interleave_strides(m->interleave, B, L, S, e, ly->strides);
-    int ok = hsi_mul_ok(S, L, &t) && hsi_mul_ok(t, B, &t) && hsi_mul_ok(t, e, &ly->payload);
-    ly->offset = m->header_offset;
-    if (ok && (o1 || o2)) {
-        /* embedded per-line (frame) header o1 and trailer o2 */
-        int64_t line = 0, frame = o1 + o2;
-        ok = ok && !__builtin_add_overflow(m->header_offset, o1, &ly->offset);
-        if (m->interleave == HSI_BSQ) {
-            ok = ok && !__builtin_add_overflow(S * e, frame, &line);
-            ly->strides[1] = line;
-            ok = ok && hsi_mul_ok(line, L, &ly->strides[0]);
-        } else {
-            ok = ok && !__builtin_add_overflow(ly->strides[1], frame, &ly->strides[1]);
-        }
-    }
-    /* last byte addressed + 1 */
-    int64_t need = ly->offset, p;
-    int64_t shape[3] = {B, L, S};
-    for (int k = 0; ok && k < 3; k++)
-        ok = hsi_mul_ok(shape[k] - 1, ly->strides[k], &p) && !__builtin_add_overflow(need, p, &need);
-    ok = ok && !__builtin_add_overflow(need, e, &need);
-    ly->need = need;
-    int64_t fb = 0;
-    ok = ok && hsi_mul_ok(o1 + o2, m->interleave == HSI_BSQ ? L * 1 : L, &fb);
-    if (ok && m->interleave == HSI_BSQ) ok = hsi_mul_ok(fb, B, &fb);
-    ok = ok && !__builtin_add_overflow(m->header_offset, ly->payload, &ly->nominal) &&
-         !__builtin_add_overflow(ly->nominal, fb, &ly->nominal);
-    if (!ok)
-        return HSI_FAIL(HSI_ERR_OVERFLOW,
-                        "%s: the data size (samples %lld x lines %lld x bands %lld x %lld bytes + "
-                        "header offset %lld + frame offsets) overflows 64 bits",
-                        hdr, (long long)S, (long long)L, (long long)B, (long long)e,
-                        (long long)m->header_offset);
-    if (ly->nominal < ly->need) ly->nominal = ly->need;
-    return HSI_OK;
-}
-
-/* The size-check message: expected vs found, plus what would explain it. */
-static hsi_status size_error(const char *data, const hsi_meta *m, const layout *ly,
-                             int64_t found)
-{
-    char hint[256] = "";
-    int64_t cells = ly->payload / (int64_t)hsi_dtype_size(m->dtype);
-    if (found >= ly->payload && !m->major_frame_offsets[0] && !m->major_frame_offsets[1])
-        snprintf(hint, sizeof hint, "; a header offset of %lld would explain the size",
-                 (long long)(found - ly->payload));
-    else if (cells > 0 && found > m->header_offset && (found - m->header_offset) % cells == 0) {
-        int64_t es = (found - m->header_offset) / cells;
-        if (es != (int64_t)hsi_dtype_size(m->dtype) && (es == 1 || es == 2 || es == 4 ||
-                                                         es == 8 || es == 16))
-            snprintf(hint, sizeof hint, "; a data type of %lld bytes per value would explain it",
-                     (long long)es);
-    }
-    if (!hint[0])
-        snprintf(hint, sizeof hint, "; the file is %lld bytes short (truncated?)",
-                 (long long)(ly->need - found));
-    return HSI_FAIL(HSI_ERR_FORMAT,
-                    "%s: data file is %lld bytes, expected %lld (header offset %lld + samples "
-                    "%lld x lines %lld x bands %lld x %zu bytes)%s",
-                    data, (long long)found, (long long)ly->nominal,
-                    (long long)m->header_offset, (long long)m->n_samples,
-                    (long long)m->n_lines, (long long)m->n_bands, hsi_dtype_size(m->dtype),
-                    hint);
 }
 
 hsi_status hsi_envi_read_header(hsi_meta *m, const char *hdr)
@@ -370,17 +294,18 @@ hsi_status hsi_envi_read_header(hsi_meta *m, const char *hdr)
     hsi_status st = HSI_OK;
     char *text = NULL;
     size_t tlen = 0;
-    struct stat hsb;
+    int fd = -1;
+    int64_t size = 0;
     hsi_meta_init(m);
-    if (stat(hdr, &hsb) != 0)
-        return HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", hdr, strerror(errno));
-    if (!S_ISREG(hsb.st_mode))
-        return HSI_FAIL(HSI_ERR_ARG, "%s: not a regular file, expected an ENVI header", hdr);
-    if ((int64_t)hsb.st_size > MAX_HEADER_FILE)
-        return HSI_FAIL(HSI_ERR_FORMAT,
-                        "%s: not an ENVI header: %lld bytes, more than the %lld MiB cap for a "
-                        "header",
-                        hdr, (long long)hsb.st_size, (long long)(MAX_HEADER_FILE >> 20));
+    HSI_TRY(hsi_input_open(&fd, hdr, "ENVI header", &size));
+    close(fd);
+    if (size > MAX_HEADER_FILE) {
+        st = HSI_FAIL(HSI_ERR_FORMAT,
+                      "%s: not an ENVI header: %lld bytes, more than the %lld MiB cap for a "
+                      "header",
+                      hdr, (long long)size, (long long)(MAX_HEADER_FILE >> 20));
+        goto cleanup;
+    }
     HSI_TRY(hsi_read_file(hdr, &text, &tlen));
     HSI_TRY(hsi_envi_parse(m, text, tlen, hdr));
 cleanup:
@@ -393,18 +318,17 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path)
     hsi_status st = HSI_OK;
     char *hdr = NULL, *data = NULL;
     hsi_buffer *buf = NULL;
-    struct stat sb;
+    int fd = -1;
     hsi_cube_init(out);
 
     if (!path || !*path) return HSI_FAIL(HSI_ERR_ARG, "hsi_envi_open: empty path");
-    if (stat(path, &sb) != 0)
-        return HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode))
-        return HSI_FAIL(HSI_ERR_ARG, "%s: is a directory, expected an ENVI header or data file",
-                        path);
-
-    /* which one did the user name? */
-    if (ends_with_ci(path, ".hdr") || looks_like_header(path)) {
+    /* which one did the user name? (a FIFO, a directory...: refused here) */
+    int hdr_ext = ends_with_ci(path, ".hdr");
+    HSI_TRY(hsi_input_open(&fd, path, hdr_ext ? "ENVI header" : "ENVI header or data file", NULL));
+    int named_header = hdr_ext || looks_like_header(fd);
+    close(fd);
+    fd = -1;
+    if (named_header) {
         if (!(hdr = strdup(path))) goto nomem;
     } else {
         HSI_TRY(hsi_envi_find_header(&hdr, path));
@@ -412,10 +336,13 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path)
     }
 
     struct stat hsb;
-    if (stat(hdr, &hsb) != 0) {
-        st = HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", hdr, strerror(errno));
+    HSI_TRY(hsi_input_open(&fd, hdr, "ENVI header", NULL));
+    if (fstat(fd, &hsb) != 0) {
+        st = HSI_FAIL(HSI_ERR_IO, "%s: cannot stat the ENVI header: %s", hdr, strerror(errno));
         goto cleanup;
     }
+    close(fd);
+    fd = -1;
     HSI_TRY(hsi_atomic_pair_check(hdr)); /* a write torn between data and header */
     HSI_TRY(hsi_envi_read_header(&out->meta, hdr));
     const hsi_meta *m = &out->meta;
@@ -430,10 +357,13 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path)
     }
     if (!data) HSI_TRY(hsi_envi_find_data(&data, hdr, m));
     struct stat dsb;
-    if (stat(data, &dsb) != 0) {
-        st = HSI_FAIL(HSI_ERR_IO, "%s: cannot open: %s", data, strerror(errno));
+    HSI_TRY(hsi_input_open(&fd, data, "data file", NULL));
+    if (fstat(fd, &dsb) != 0) {
+        st = HSI_FAIL(HSI_ERR_IO, "%s: cannot stat the data file: %s", data, strerror(errno));
         goto cleanup;
     }
+    close(fd);
+    fd = -1;
     if (same_file(&hsb, &dsb)) {
         st = HSI_FAIL(HSI_ERR_FORMAT,
                       "%s: the header is named as its own data file; the data must be a "
@@ -441,48 +371,11 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path)
                       hdr);
         goto cleanup;
     }
-
-    layout ly;
-    HSI_TRY(compute_layout(&ly, m, hdr));
-    int64_t found;
-    if (m->file_compression == 1) {
-        HSI_TRY(read_gzip(&buf, data, ly.nominal, (int64_t)dsb.st_size));
-        found = (int64_t)buf->size;
-        out->file_size = (int64_t)dsb.st_size;
-    } else {
-        found = (int64_t)dsb.st_size;
-        out->file_size = found;
-        if (found < ly.need) {
-            st = size_error(data, m, &ly, found);
-            goto cleanup;
-        }
-        if (found > ly.nominal) {
-            char hint[96] = "";
-            if (!m->major_frame_offsets[0] && !m->major_frame_offsets[1])
-                snprintf(hint, sizeof hint, " (a header offset of %lld would explain it)",
-                         (long long)(found - ly.payload));
-            hsi_meta_warn(&out->meta,
-                          "%s: data file is %lld bytes, %lld more than the %lld the header "
-                          "describes%s",
-                          data, (long long)found, (long long)(found - ly.nominal),
-                          (long long)ly.nominal, hint);
-        } else if (found < ly.nominal) {
-            hsi_meta_warn(&out->meta,
-                          "%s: data file is %lld bytes, %lld less than %lld (the last frame "
-                          "trailer is missing)",
-                          data, (long long)found, (long long)(ly.nominal - found),
-                          (long long)ly.nominal);
-        }
-        HSI_TRY(hsi_buffer_map(&buf, data));
-        if ((int64_t)buf->size < ly.need) { /* changed since stat */
-            st = size_error(data, m, &ly, (int64_t)buf->size);
-            goto cleanup;
-        }
-    }
-    int64_t shape[3] = {m->n_bands, m->n_lines, m->n_samples};
-    int swapped = hsi_dtype_size(m->dtype) > 1 &&
-                  (m->byte_order == 1) == (hsi_host_is_little_endian() != 0);
-    HSI_TRY(hsi_view_make(&out->view, buf, ly.offset, m->dtype, 3, shape, ly.strides, swapped));
+    /* mapped as stored (a block device at its full size); the size checks,
+     * gzip and the view are the memory reader's (envi_header.c), so a file
+     * and the same bytes in memory give the same cube and messages */
+    HSI_TRY(hsi_buffer_map(&buf, data));
+    HSI_TRY(hsi_envi_attach_data(out, buf, data, hdr));
     out->header_path = hdr;
     out->data_path = data;
     hdr = data = NULL;
@@ -490,6 +383,7 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path)
 nomem:
     st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
 cleanup:
+    if (fd >= 0) close(fd);
     hsi_buffer_release(buf);
     free(hdr);
     free(data);

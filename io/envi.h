@@ -1,5 +1,6 @@
 /* envi.h — ENVI header parsing, the zero-copy ENVI reader and the streaming
- * ENVI writer. The header parser takes memory (fuzz entry point); the reader
+ * ENVI writer. The header parser and the file-level reader take memory too
+ * (hsi_envi_parse, hsi_envi_open_memory: the fuzz entry points); the reader
  * maps the data file and returns a strided view over it. */
 #ifndef HSI_ENVI_H
 #define HSI_ENVI_H
@@ -23,9 +24,53 @@ extern "C" {
  * spectral library's per-sample wavelength list (kept verbatim, no warning);
  * wavelengths (and fwhm) are converted to nm when the units are known, or
  * guessed from the range (0.2-30 -> um, 200-30000 -> nm, warned) when the
- * units are absent/'Unknown'. Gain/offset, ignore value and reflectance
- * scale are metadata only: no reader or view applies them. */
+ * units are absent/'Unknown'. Per-band numbers must be finite: a NaN, inf
+ * or 1e400 item drops the list, warned with the key and the item number.
+ * 'map info' needs finite numbers, pixel sizes > 0 and a finite rotation,
+ * else it is warned and not used (no georeferencing, never a NaN one).
+ * An integer key beyond 64 bits is reported as out of range, not as "not
+ * an integer". Gain/offset, ignore value and reflectance scale are
+ * metadata only: no reader or view applies them. */
 hsi_status hsi_envi_parse(hsi_meta *m, const char *text, size_t len, const char *name);
+
+/* Byte layout of a cube in its (decompressed) data file, from the header. */
+typedef struct hsi_envi_layout {
+    int64_t offset;     /* byte of the first element (header offset + frame header) */
+    int64_t strides[3]; /* bytes, (band, line, sample) */
+    int64_t payload;    /* samples x lines x bands x element size */
+    int64_t need;       /* bytes the view addresses, from byte 0 */
+    int64_t nominal;    /* header offset + payload + frame bytes: the expected size */
+} hsi_envi_layout;
+/* Every product overflow-checked (HSI_ERR_OVERFLOW naming hdr_name). */
+hsi_status hsi_envi_layout_of(hsi_envi_layout *ly, const hsi_meta *m, const char *hdr_name);
+
+/* Inflates a whole gzip file held in memory (gz_len bytes; concatenated
+ * members read as one stream) into a new host buffer of exactly `want`
+ * bytes. Refused: data without the gzip magic 1f 8b (the header says gzip,
+ * the data is not), a size no deflate stream of gz_len bytes can reach, a
+ * broken or short stream (message: bytes inflated vs expected). A longer
+ * stream or bytes after it are warned (into warn_to when not NULL). */
+hsi_status hsi_envi_inflate(hsi_buffer **out, const void *gz, size_t gz_len, int64_t want,
+                            const char *data_name, hsi_meta *warn_to);
+
+/* The reader's checks on the data file's bytes, which need no file system:
+ * out->meta holds the parsed header; data holds the whole data file as
+ * stored (mapped or in memory). Refuses minor frame offsets, checks the
+ * size (the message says expected vs found and which header offset or data
+ * type would explain it; extra bytes are warned), inflates gzip data (see
+ * hsi_envi_inflate) and makes out->view, a (band, line, sample) view over
+ * data (retained) or over the inflated copy. Sets out->file_size. */
+hsi_status hsi_envi_attach_data(hsi_cube *out, hsi_buffer *data, const char *data_name,
+                                const char *hdr_name);
+
+/* The ENVI file-level reader from memory (the fuzz entry point): header
+ * text (hdr_len bytes) and the data file's bytes (data_len) give the same
+ * cube, errors and warnings as hsi_envi_open of such a pair, file lookup
+ * aside. The data are not copied: they must outlive out (gzip data are
+ * inflated into a buffer of the cube's own). Names are for messages. */
+hsi_status hsi_envi_open_memory(hsi_cube *out, const char *hdr_text, size_t hdr_len,
+                                const void *data, size_t data_len, const char *hdr_name,
+                                const char *data_name);
 
 /* Reads and parses a header file (size capped at 64 MiB) without looking
  * for its data: what `hsi info` shows when the data file is missing. */

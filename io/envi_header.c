@@ -1,6 +1,8 @@
 /* envi_header.c — the ENVI header text parser (hsi_envi_parse): syntax,
- * required keys, caps, and the typed fields of hsi_meta. It reads memory
- * only (the fuzz entry point); finding and mapping files is envi.c's job. */
+ * required keys, caps, and the typed fields of hsi_meta; then what the header
+ * says about its data bytes (layout, size checks, gzip inflation, the view).
+ * It reads memory only (hsi_envi_parse and hsi_envi_open_memory are the fuzz
+ * entry points); finding, opening and mapping files is envi.c's job. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <zlib.h>
 
 #include "envi.h"
 
@@ -247,6 +250,22 @@ static int parse_i64(const char *s, int64_t *out)
     return 1;
 }
 
+/* 1 when s is written as an integer (sign, digits, optional ".0...") whatever
+ * its size: tells "out of range" from "not an integer" when parse_i64 fails. */
+static int is_integer_text(const char *s)
+{
+    while (is_blank((unsigned char)*s) || *s == '\n') s++;
+    if (*s == '+' || *s == '-') s++;
+    if (!isdigit((unsigned char)*s)) return 0;
+    while (isdigit((unsigned char)*s)) s++;
+    if (*s == '.') {
+        s++;
+        while (*s == '0') s++;
+    }
+    while (is_blank((unsigned char)*s) || *s == '\n') s++;
+    return *s == 0;
+}
+
 static int parse_f64(const char *s, double *out)
 {
     while (is_blank((unsigned char)*s) || *s == '\n') s++;
@@ -448,9 +467,20 @@ static hsi_status req_int(parser *p, const char *key, int64_t *out, int64_t lo, 
         return HSI_OK;
     }
     int64_t v;
-    if (!parse_i64(kv->value, &v))
-        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be an integer, found '%s'", p->name, key,
-                        excerpt(kv->value, ex, sizeof ex));
+    if (!parse_i64(kv->value, &v)) {
+        if (!is_integer_text(kv->value))
+            return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be an integer, found '%s'", p->name,
+                            key, excerpt(kv->value, ex, sizeof ex));
+        /* an integer, beyond 64 bits */
+        const char *t = kv->value;
+        while (is_blank((unsigned char)*t) || *t == '\n') t++;
+        if (lo == 1 && *t == '-')
+            return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be > 0, found %s", p->name, key,
+                            excerpt(t, ex, sizeof ex));
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' = %s is outside %lld..%lld (%s)", p->name, key,
+                        excerpt(t, ex, sizeof ex), (long long)lo, (long long)hi,
+                        hi == INT64_MAX ? "the range of a 64-bit integer" : "the cap");
+    }
     if (v < lo || v > hi) {
         if (lo == 1 && v < 1)
             return HSI_FAIL(HSI_ERR_FORMAT, "%s: '%s' must be > 0, found %lld", p->name, key,
@@ -484,14 +514,18 @@ static hsi_status band_doubles(parser *p, const char *key, double **out)
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory parsing %s", p->name);
         goto done;
     }
-    for (int64_t i = 0; i < items.n; i++)
-        if (!parse_f64(items.v[i], &a[i])) {
+    for (int64_t i = 0; i < items.n; i++) {
+        int num = parse_f64(items.v[i], &a[i]);
+        if (!num || !isfinite(a[i])) {
+            /* NaN, inf and values beyond a double (1e400) are not a wavelength,
+             * a width, a gain or a flag: the whole list is dropped, said so */
             char ex[48];
-            pwarn(p, "'%s' item %lld is '%s', not a number (key ignored)", key,
-                  (long long)i + 1, excerpt(items.v[i], ex, sizeof ex));
+            pwarn(p, "'%s' item %lld is '%s', not a %snumber (key ignored)", key,
+                  (long long)i + 1, excerpt(items.v[i], ex, sizeof ex), num ? "finite " : "");
             free(a);
             goto done;
         }
+    }
     *out = a;
 done:
     strv_free(&items);
@@ -509,13 +543,24 @@ static void parse_map_info(parser *p, const char *value)
         pwarn(p, "'map info' has %lld items, expected at least 7 (not used)", (long long)it.n);
         goto done;
     }
-    for (int i = 0; i < 6; i++)
-        if (!parse_f64(it.v[i + 1], &num[i])) {
+    static const char *const what[6] = {"reference pixel x", "reference pixel y", "easting",
+                                         "northing", "pixel size x", "pixel size y"};
+    for (int i = 0; i < 6; i++) {
+        int ok = parse_f64(it.v[i + 1], &num[i]);
+        if (!ok || !isfinite(num[i])) {
             char ex[48];
-            pwarn(p, "'map info' item %d is '%s', not a number (not used)", i + 2,
-                  excerpt(it.v[i + 1], ex, sizeof ex));
+            pwarn(p, "'map info' item %d (%s) is '%s', not a %snumber (map info not used: no "
+                     "georeferencing)",
+                  i + 2, what[i], excerpt(it.v[i + 1], ex, sizeof ex), ok ? "finite " : "");
             goto done;
         }
+    }
+    if (!(num[4] > 0) || !(num[5] > 0)) {
+        pwarn(p, "'map info' pixel size %g x %g (items 6 and 7) must be > 0 (map info not used: "
+                 "no georeferencing)",
+              num[4], num[5]);
+        goto done;
+    }
     snprintf(mi->projection, sizeof mi->projection, "%s", it.v[0]);
     mi->ref_x = num[0];
     mi->ref_y = num[1];
@@ -539,8 +584,18 @@ static void parse_map_info(parser *p, const char *value)
             const char *v = eq + 1;
             while (is_blank((unsigned char)*v)) v++;
             if (!strcmp(nk, "units")) snprintf(mi->units, sizeof mi->units, "%s", v);
-            else if (!strcmp(nk, "rotation") && !parse_f64(v, &mi->rotation))
-                pwarn(p, "'map info' rotation '%s' is not a number", v);
+            else if (!strcmp(nk, "rotation")) {
+                double r = 0;
+                if (!parse_f64(v, &r) || !isfinite(r)) {
+                    char ex[48];
+                    pwarn(p, "'map info' rotation '%s' is not a finite number of degrees (map "
+                             "info not used: no georeferencing)",
+                          excerpt(v, ex, sizeof ex));
+                    memset(mi, 0, sizeof *mi);
+                    goto done;
+                }
+                mi->rotation = r;
+            }
             continue;
         }
         if (zoned && pos == 0) {
@@ -712,6 +767,18 @@ static hsi_status parse_typed(parser *p)
                 }
             }
             m->wavelength_nm = 1;
+            /* 1e300 m is finite as written, not in nm */
+            for (int64_t b = 0; b < m->n_bands; b++)
+                if (!isfinite(m->wavelength[b]) || (m->fwhm && !isfinite(m->fwhm[b]))) {
+                    pwarn(p, "'wavelength' (or 'fwhm') item %lld does not fit a double once "
+                             "converted to nm (x %g); key ignored",
+                          (long long)b + 1, f);
+                    free(m->wavelength);
+                    free(m->fwhm);
+                    m->wavelength = m->fwhm = NULL;
+                    m->wavelength_nm = 0;
+                    break;
+                }
         }
     }
 
@@ -754,10 +821,14 @@ static hsi_status parse_typed(parser *p)
     HSI_TRY(band_doubles(p, "data offset values", &m->offset));
     kv = pget(p, "reflectance scale factor");
     if (kv && kv->value[0]) {
-        if (parse_f64(kv->value, &m->reflectance_scale) && m->reflectance_scale != 0)
+        if (parse_f64(kv->value, &m->reflectance_scale) && isfinite(m->reflectance_scale) &&
+            m->reflectance_scale != 0)
             m->has_reflectance_scale = 1;
-        else pwarn(p, "'reflectance scale factor' '%s' is not a non-zero number (ignored)",
-                   excerpt(kv->value, ex, sizeof ex));
+        else {
+            m->reflectance_scale = 0;
+            pwarn(p, "'reflectance scale factor' '%s' is not a finite non-zero number (ignored)",
+                  excerpt(kv->value, ex, sizeof ex));
+        }
     }
 
     /* display, geography, text */
@@ -942,5 +1013,262 @@ cleanup:
         /* keep the message: hsi_meta_free does not touch it */
         hsi_meta_free(m);
     }
+    return st;
+}
+
+/* ------------------------------------------------- the data file, in memory */
+
+hsi_status hsi_envi_layout_of(hsi_envi_layout *ly, const hsi_meta *m, const char *hdr)
+{
+    memset(ly, 0, sizeof *ly);
+    int64_t e = (int64_t)hsi_dtype_size(m->dtype);
+    int64_t B = m->n_bands, L = m->n_lines, S = m->n_samples;
+    int64_t o1 = m->major_frame_offsets[0], o2 = m->major_frame_offsets[1], t;
+    if (e <= 0 || B <= 0 || L <= 0 || S <= 0 || m->header_offset < 0 || o1 < 0 || o2 < 0)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: no cube layout for %lld x %lld x %lld of %s", hdr,
+                        (long long)S, (long long)L, (long long)B, hsi_dtype_name(m->dtype));
+    int ok = hsi_mul_ok(S, L, &t) && hsi_mul_ok(t, B, &t) && hsi_mul_ok(t, e, &ly->payload);
+    if (ok) hsi_interleave_strides(m->interleave, B, L, S, e, ly->strides);
+    ly->offset = m->header_offset;
+    if (ok && (o1 || o2)) {
+        /* an embedded per-line (frame) header o1 and trailer o2 */
+        int64_t line = 0, frame = o1 + o2;
+        ok = !__builtin_add_overflow(m->header_offset, o1, &ly->offset);
+        if (m->interleave == HSI_BSQ) {
+            ok = ok && !__builtin_add_overflow(S * e, frame, &line);
+            ly->strides[1] = line;
+            ok = ok && hsi_mul_ok(line, L, &ly->strides[0]);
+        } else {
+            ok = ok && !__builtin_add_overflow(ly->strides[1], frame, &ly->strides[1]);
+        }
+    }
+    /* the last byte addressed, plus one */
+    int64_t need = ly->offset, p;
+    int64_t shape[3] = {B, L, S};
+    for (int k = 0; ok && k < 3; k++)
+        ok = hsi_mul_ok(shape[k] - 1, ly->strides[k], &p) && !__builtin_add_overflow(need, p, &need);
+    ok = ok && !__builtin_add_overflow(need, e, &need);
+    ly->need = need;
+    int64_t fb = 0; /* frame bytes: one frame per line (per line and band in BSQ) */
+    ok = ok && hsi_mul_ok(o1 + o2, L, &fb);
+    if (ok && m->interleave == HSI_BSQ) ok = hsi_mul_ok(fb, B, &fb);
+    ok = ok && !__builtin_add_overflow(m->header_offset, ly->payload, &ly->nominal) &&
+         !__builtin_add_overflow(ly->nominal, fb, &ly->nominal);
+    if (!ok)
+        return HSI_FAIL(HSI_ERR_OVERFLOW,
+                        "%s: the data size (samples %lld x lines %lld x bands %lld x %lld bytes + "
+                        "header offset %lld + frame offsets) overflows 64 bits",
+                        hdr, (long long)S, (long long)L, (long long)B, (long long)e,
+                        (long long)m->header_offset);
+    if (ly->nominal < ly->need) ly->nominal = ly->need;
+    return HSI_OK;
+}
+
+/* The size-check message: expected vs found, plus what would explain it. */
+static hsi_status size_error(const char *data, const hsi_meta *m, const hsi_envi_layout *ly,
+                             int64_t found)
+{
+    char hint[256] = "";
+    int64_t cells = ly->payload / (int64_t)hsi_dtype_size(m->dtype);
+    if (found >= ly->payload && !m->major_frame_offsets[0] && !m->major_frame_offsets[1])
+        snprintf(hint, sizeof hint, "; a header offset of %lld would explain the size",
+                 (long long)(found - ly->payload));
+    else if (cells > 0 && found > m->header_offset && (found - m->header_offset) % cells == 0) {
+        int64_t es = (found - m->header_offset) / cells;
+        if (es != (int64_t)hsi_dtype_size(m->dtype) &&
+            (es == 1 || es == 2 || es == 4 || es == 8 || es == 16))
+            snprintf(hint, sizeof hint, "; a data type of %lld bytes per value would explain it",
+                     (long long)es);
+    }
+    if (!hint[0])
+        snprintf(hint, sizeof hint, "; the file is %lld bytes short (truncated?)",
+                 (long long)(ly->need - found));
+    return HSI_FAIL(HSI_ERR_FORMAT,
+                    "%s: data file is %lld bytes, expected %lld (header offset %lld + samples "
+                    "%lld x lines %lld x bands %lld x %zu bytes)%s",
+                    data, (long long)found, (long long)ly->nominal, (long long)m->header_offset,
+                    (long long)m->n_samples, (long long)m->n_lines, (long long)m->n_bands,
+                    hsi_dtype_size(m->dtype), hint);
+}
+
+static void release_inflated(hsi_buffer *b) { hsi_aligned_free(b->data); }
+
+hsi_status hsi_envi_inflate(hsi_buffer **out, const void *gz, size_t gz_len, int64_t want,
+                            const char *data_name, hsi_meta *warn_to)
+{
+    hsi_status st = HSI_OK;
+    const uint8_t *in = gz;
+    uint8_t *dst = NULL;
+    z_stream z;
+    int z_open = 0;
+    *out = NULL;
+    if (gz_len == 0)
+        return HSI_FAIL(HSI_ERR_FORMAT,
+                        "%s: the header says 'file compression = 1' (gzip) but the data file is "
+                        "empty",
+                        data_name);
+    if (gz_len < 2 || in[0] != 0x1f || in[1] != 0x8b) {
+        char shown[16] = "";
+        size_t w = 0;
+        for (size_t i = 0; i < gz_len && i < 4; i++)
+            w += (size_t)snprintf(shown + w, sizeof shown - w, "%s%02x", i ? " " : "", in[i]);
+        return HSI_FAIL(HSI_ERR_FORMAT,
+                        "%s: the header says 'file compression = 1' (gzip) but the data is not "
+                        "gzip: it starts with bytes %s, not the gzip magic 1f 8b (raw data? then "
+                        "set 'file compression = 0')",
+                        data_name, shown);
+    }
+    /* deflate expands at most ~1032:1: refuse before allocating */
+    if (want / 1100 > (int64_t)(gz_len > INT64_MAX / 2 ? INT64_MAX / 2 : gz_len) + 1024)
+        return HSI_FAIL(HSI_ERR_FORMAT,
+                        "%s: 'file compression = 1': a %zu-byte gzip file cannot inflate to the "
+                        "%lld bytes the header describes",
+                        data_name, gz_len, (long long)want);
+    if (want < 0 || (uint64_t)want > (uint64_t)SIZE_MAX - 64)
+        return HSI_FAIL(HSI_ERR_OVERFLOW, "%s: %lld bytes do not fit in memory", data_name,
+                        (long long)want);
+    /* one byte more than wanted: says whether the stream is longer */
+    dst = hsi_aligned_alloc((size_t)want + 1);
+    if (!dst)
+        return HSI_FAIL(HSI_ERR_NOMEM, "%s: cannot allocate %lld bytes to inflate into",
+                        data_name, (long long)want);
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 16) != Z_OK) { /* gzip wrapper only */
+        st = HSI_FAIL(HSI_ERR_NOMEM, "%s: zlib cannot start inflating", data_name);
+        goto cleanup;
+    }
+    z_open = 1;
+    size_t used = 0;  /* input consumed */
+    int64_t got = 0;  /* output produced */
+    int members = 0, ended = 0;
+    while (got < want + 1) {
+        size_t in_left = gz_len - used;
+        int64_t out_left = want + 1 - got;
+        z.next_in = (Bytef *)(in + used);
+        z.avail_in = in_left > (1u << 30) ? (1u << 30) : (uInt)in_left;
+        z.next_out = dst + got;
+        z.avail_out = out_left > (1 << 30) ? (1u << 30) : (uInt)out_left;
+        uInt ai = z.avail_in, ao = z.avail_out;
+        int r = inflate(&z, Z_NO_FLUSH);
+        used += ai - z.avail_in;
+        got += ao - z.avail_out;
+        if (r == Z_STREAM_END) {
+            members++;
+            /* concatenated members are one stream (as gzip -d reads them) */
+            if (used + 2 <= gz_len && in[used] == 0x1f && in[used + 1] == 0x8b) {
+                inflateReset(&z);
+                continue;
+            }
+            ended = 1;
+            break;
+        }
+        if (r == Z_OK) continue;
+        if (r == Z_BUF_ERROR && used == gz_len) break; /* input ran out */
+        st = HSI_FAIL(HSI_ERR_FORMAT, "%s: gzip stream broken after %lld bytes: %s", data_name,
+                      (long long)got, z.msg ? z.msg : "invalid data");
+        goto cleanup;
+    }
+    if (!ended && got <= want) {
+        st = HSI_FAIL(HSI_ERR_FORMAT,
+                      "%s: gzip stream broken after %lld bytes: unexpected end of file (the "
+                      "stream stops before its end and its gzip trailer; truncated?)",
+                      data_name, (long long)got);
+        goto cleanup;
+    }
+    if (got < want) {
+        st = HSI_FAIL(HSI_ERR_FORMAT,
+                      "%s: 'file compression = 1': the gzip stream inflates to %lld bytes, "
+                      "expected %lld (truncated?)",
+                      data_name, (long long)got, (long long)want);
+        goto cleanup;
+    }
+    char note[256] = "";
+    if (got > want)
+        snprintf(note, sizeof note,
+                 "%s: the gzip stream is longer than the %lld bytes the header describes",
+                 data_name, (long long)want);
+    else if (ended && used < gz_len)
+        snprintf(note, sizeof note,
+                 "%s: %zu bytes after the end of the gzip stream (%d member%s) ignored",
+                 data_name, gz_len - used, members, members == 1 ? "" : "s");
+    if (note[0] && warn_to) hsi_meta_warn(warn_to, "%s", note);
+    else if (note[0]) hsi_warn("%s", note);
+    st = hsi_buffer_wrap(out, dst, (size_t)want, HSI_BUF_HOST, release_inflated, NULL);
+    if (st == HSI_OK) dst = NULL;
+cleanup:
+    if (z_open) inflateEnd(&z);
+    hsi_aligned_free(dst);
+    return st;
+}
+
+hsi_status hsi_envi_attach_data(hsi_cube *out, hsi_buffer *data, const char *data_name,
+                                const char *hdr_name)
+{
+    hsi_status st = HSI_OK;
+    hsi_buffer *inflated = NULL, *buf = data;
+    const hsi_meta *m = &out->meta;
+    hsi_envi_layout ly;
+    if (m->minor_frame_offsets[0] || m->minor_frame_offsets[1])
+        return HSI_FAIL(HSI_ERR_UNSUPPORTED,
+                        "%s: 'minor frame offsets' {%lld, %lld} are not supported (only 0); "
+                        "'major frame offsets' are",
+                        hdr_name, (long long)m->minor_frame_offsets[0],
+                        (long long)m->minor_frame_offsets[1]);
+    HSI_TRY(hsi_envi_layout_of(&ly, m, hdr_name));
+    out->file_size = (int64_t)data->size;
+    if (m->file_compression == 1) {
+        HSI_TRY(hsi_envi_inflate(&inflated, data->data, data->size, ly.nominal, data_name,
+                                 &out->meta));
+        buf = inflated;
+    } else {
+        int64_t found = (int64_t)data->size;
+        if (found < ly.need) {
+            st = size_error(data_name, m, &ly, found);
+            goto cleanup;
+        }
+        if (found > ly.nominal) {
+            char hint[96] = "";
+            if (!m->major_frame_offsets[0] && !m->major_frame_offsets[1])
+                snprintf(hint, sizeof hint, " (a header offset of %lld would explain it)",
+                         (long long)(found - ly.payload));
+            hsi_meta_warn(&out->meta,
+                          "%s: data file is %lld bytes, %lld more than the %lld the header "
+                          "describes%s",
+                          data_name, (long long)found, (long long)(found - ly.nominal),
+                          (long long)ly.nominal, hint);
+        } else if (found < ly.nominal) {
+            hsi_meta_warn(&out->meta,
+                          "%s: data file is %lld bytes, %lld less than %lld (the last frame "
+                          "trailer is missing)",
+                          data_name, (long long)found, (long long)(ly.nominal - found),
+                          (long long)ly.nominal);
+        }
+    }
+    int64_t shape[3] = {m->n_bands, m->n_lines, m->n_samples};
+    int swapped = hsi_dtype_size(m->dtype) > 1 &&
+                  (m->byte_order == 1) == (hsi_host_is_little_endian() != 0);
+    HSI_TRY(hsi_view_make(&out->view, buf, ly.offset, m->dtype, 3, shape, ly.strides, swapped));
+cleanup:
+    hsi_buffer_release(inflated); /* the view holds its own reference */
+    return st;
+}
+
+hsi_status hsi_envi_open_memory(hsi_cube *out, const char *hdr_text, size_t hdr_len,
+                                const void *data, size_t data_len, const char *hdr_name,
+                                const char *data_name)
+{
+    hsi_status st = HSI_OK;
+    hsi_buffer *buf = NULL;
+    hsi_cube_init(out);
+    if (!hdr_name) hdr_name = "header";
+    if (!data_name) data_name = "data";
+    if (!data && data_len) return HSI_FAIL(HSI_ERR_ARG, "hsi_envi_open_memory: NULL data");
+    HSI_TRY(hsi_envi_parse(&out->meta, hdr_text, hdr_len, hdr_name));
+    /* no copy, nothing to free: the caller's bytes must outlive the cube */
+    HSI_TRY(hsi_buffer_wrap(&buf, (void *)data, data_len, HSI_BUF_HOST, NULL, NULL));
+    HSI_TRY(hsi_envi_attach_data(out, buf, data_name, hdr_name));
+cleanup:
+    hsi_buffer_release(buf);
+    if (st != HSI_OK) hsi_cube_free(out);
     return st;
 }

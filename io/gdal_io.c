@@ -9,13 +9,16 @@
 #define _GNU_SOURCE
 #include "gdal_io.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cpl_conv.h>
@@ -214,8 +217,9 @@ int hsi_meta_geotransform(const hsi_meta *m, double gt[6])
 {
     if (!m || !m->map_info.valid) return 0;
     const hsi_map_info *mi = &m->map_info;
-    if (!(mi->x_size > 0) || !(mi->y_size > 0) || !isfinite(mi->easting) ||
-        !isfinite(mi->northing))
+    if (!(mi->x_size > 0) || !(mi->y_size > 0) || !isfinite(mi->x_size) ||
+        !isfinite(mi->y_size) || !isfinite(mi->easting) || !isfinite(mi->northing) ||
+        !isfinite(mi->ref_x) || !isfinite(mi->ref_y) || !isfinite(mi->rotation))
         return 0;
     /* GDAL's convention for ENVI "rotation=" (degrees) */
     double r = mi->rotation * M_PI / 180.0, c = cos(r), s = sin(r);
@@ -228,6 +232,8 @@ int hsi_meta_geotransform(const hsi_meta *m, double gt[6])
     double px = mi->ref_x - 1.0, py = mi->ref_y - 1.0;
     gt[0] = mi->easting - px * gt[1] - py * gt[2];
     gt[3] = mi->northing - px * gt[4] - py * gt[5];
+    for (int i = 0; i < 6; i++)
+        if (!isfinite(gt[i])) return 0; /* finite inputs, overflowing products */
     return 1;
 }
 
@@ -272,9 +278,17 @@ hsi_status hsi_meta_crs_wkt(char **wkt, const hsi_meta *m)
 }
 
 /* Fills map_info / coordinate_system from a GDAL geotransform + WKT. */
-static void meta_from_geo(hsi_meta *m, const double gt[6], const char *wkt)
+static void meta_from_geo(hsi_meta *m, const double gt[6], const char *wkt, const char *path)
 {
     char buf[256];
+    for (int i = 0; i < 6; i++)
+        if (!isfinite(gt[i]) || !(hypot(gt[1], gt[4]) > 0) || !(hypot(gt[2], gt[5]) > 0)) {
+            hsi_meta_warn(m,
+                          "%s: GDAL's geotransform {%g, %g, %g, %g, %g, %g} is not finite or has "
+                          "a zero pixel size; georeferencing not used",
+                          path, gt[0], gt[1], gt[2], gt[3], gt[4], gt[5]);
+            return;
+        }
     snprintf(buf, sizeof buf, "%.17g, %.17g, %.17g, %.17g, %.17g, %.17g", gt[0], gt[1], gt[2],
              gt[3], gt[4], gt[5]);
     hsi_meta_set(m, "geotransform", buf, 1);
@@ -367,12 +381,30 @@ static hsi_status pick_subdataset(char **chosen, GDALDatasetH ds, const char *pa
                     var ? "no such subdataset" : "several subdatasets", list);
 }
 
+/* A FIFO (or a directory, a symlink loop...) is refused before GDAL would
+ * block on it or misread it. path is a file name, or a GDAL dataset name
+ * such as NETCDF:"file.nc":var, whose quoted file is checked instead; names
+ * that are not files (/vsi..., connection strings) go to GDAL as they are. */
+static hsi_status input_check(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) == 0 || errno != ENOENT) return hsi_input_check(path, "cube");
+    const char *q = strstr(path, ":\""), *e = q ? strchr(q + 2, '"') : NULL;
+    if (!q || !e || e == q + 2 || (size_t)(e - q - 2) >= 4096) return HSI_OK;
+    char inner[4096];
+    snprintf(inner, sizeof inner, "%.*s", (int)(e - q - 2), q + 2);
+    if (lstat(inner, &sb) == 0 || errno != ENOENT) return hsi_input_check(inner, "cube");
+    return HSI_OK;
+}
+
 hsi_status hsi_gdal_open(hsi_cube *out, const char *path, const char *var)
 {
     hsi_status st = HSI_OK;
     GDALDatasetH ds = NULL;
     char *sub = NULL;
     hsi_cube_init(out);
+    st = input_check(path);
+    if (st != HSI_OK) return st;
     st = need_gdal(path, "reading a format other than ENVI, SPE or MATLAB");
     if (st != HSI_OK) return st;
     quiet_begin();
@@ -454,7 +486,8 @@ hsi_status hsi_gdal_open(hsi_cube *out, const char *path, const char *var)
     HSI_TRY(hsi_meta_set(m, "gdal driver", GDALGetDriverShortName(GDALGetDatasetDriver(ds)), 0));
     if (sub) HSI_TRY(hsi_meta_set(m, "gdal subdataset", sub, 0));
     double gt[6];
-    if (GDALGetGeoTransform(ds, gt) == CE_None) meta_from_geo(m, gt, GDALGetProjectionRef(ds));
+    if (GDALGetGeoTransform(ds, gt) == CE_None)
+        meta_from_geo(m, gt, GDALGetProjectionRef(ds), path);
     int has_nd = 0;
     double nd = GDALGetRasterNoDataValue(b0, &has_nd);
     if (has_nd) {
@@ -523,41 +556,111 @@ cleanup:
 
 /* ---------------------------------------------------------------- writing */
 
-/* Temporary name beside the target; GDAL writes there, then rename. */
-static void tmp_name(char *buf, size_t n, const char *path)
+/* Temporaries: the core's atomic file beside the target,
+ * "<path>.hsi-tmp-XXXXXX" (core/files.c), that GDAL writes by its name. Its
+ * FILE* stays open, without a byte written through it: it holds the lock
+ * that marks a live writer (GDAL's own open of the name truncates the same
+ * file), so that the temporary is removed on SIGINT/SIGTERM and, when a
+ * killed run left it, by the next write to the same target, but never while
+ * it is being written. GDAL may write a side-car "<tmp>.aux.xml" (PAM
+ * metadata, e.g. category names): it moves with the file; stale side-cars
+ * of temporaries that are gone are removed here. */
+static hsi_status gdal_tmp_open(hsi_atomic_file *af, const char *path)
 {
-    static int counter;
-    snprintf(buf, n, "%s.tmp-%d-%d", path, (int)getpid(),
-             __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
-}
-
-/* Moves tmp (and tmp.aux.xml when GDAL wrote one) to path. */
-static hsi_status commit_tmp(const char *tmp, const char *path)
-{
-    char a[4200], b[4200];
-    snprintf(a, sizeof a, "%s.aux.xml", tmp);
-    snprintf(b, sizeof b, "%s.aux.xml", path);
-    if (access(a, F_OK) == 0) {
-        if (rename(a, b) != 0) return HSI_FAIL(HSI_ERR_IO, "%s: cannot rename %s", b, a);
-    } else {
-        unlink(b); /* a stale side-car from an older file would lie */
+    hsi_status st = hsi_atomic_open(af, path); /* removes dead writers' temporaries */
+    if (st != HSI_OK) return st;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path + (slash == path)) : 1,
+             slash ? path : ".");
+    DIR *d = opendir(dir);
+    if (!d) return HSI_OK;
+    size_t bl = strlen(base);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        /* "<base>.hsi-tmp-XXXXXX.aux.xml" */
+        const char *n = e->d_name;
+        size_t nl = strlen(n);
+        if (nl != bl + 9 + 6 + 8 || strncmp(n, base, bl) || strncmp(n + bl, ".hsi-tmp-", 9) ||
+            strcmp(n + nl - 8, ".aux.xml"))
+            continue;
+        char side[8400], tmp[8400];
+        snprintf(side, sizeof side, "%s/%s", dir, n);
+        snprintf(tmp, sizeof tmp, "%.*s", (int)(strlen(side) - 8), side);
+        if (access(tmp, F_OK) != 0) unlink(side); /* its temporary is gone: a leftover */
     }
-    if (rename(tmp, path) != 0) return HSI_FAIL(HSI_ERR_IO, "%s: cannot rename from %s", path, tmp);
+    closedir(d);
     return HSI_OK;
 }
 
-static void drop_tmp(const char *tmp)
+/* Moves the temporary (and its side-car, when GDAL wrote one; else a stale
+ * side-car of an older file at path is removed, it would lie) into place
+ * and forgets it. keep_aux 0: the side-car is dropped (PNG). af is closed
+ * either way. */
+static hsi_status gdal_tmp_commit(hsi_atomic_file *af, int keep_aux)
 {
-    char a[4200];
-    snprintf(a, sizeof a, "%s.aux.xml", tmp);
-    unlink(tmp);
-    unlink(a);
+    hsi_status st = HSI_OK;
+    const char *path = af->final_path;
+    char a[4200], b[4200];
+    int moved_aux = 0;
+    snprintf(a, sizeof a, "%s.aux.xml", af->tmp_path);
+    snprintf(b, sizeof b, "%s.aux.xml", path);
+    /* what GDAL wrote, on disk before it is named (the lock's fd is the same file) */
+    if (af->fp && fsync(fileno(af->fp)) != 0 && errno != EINVAL) {
+        st = HSI_FAIL(HSI_ERR_IO, "%s: cannot sync the written file: %s", path, strerror(errno));
+        goto cleanup;
+    }
+    if (keep_aux && access(a, F_OK) == 0) {
+        moved_aux = 1;
+        if (rename(a, b) != 0) {
+            st = HSI_FAIL(HSI_ERR_IO, "%s: cannot rename %s into place: %s", b, a,
+                          strerror(errno));
+            goto cleanup;
+        }
+    } else {
+        unlink(a);
+        unlink(b);
+    }
+    if (hsi_fault_point("rename") || rename(af->tmp_path, path) != 0) {
+        st = HSI_FAIL(HSI_ERR_IO, "%s: cannot rename the temporary file %s into place: %s", path,
+                      af->tmp_path, strerror(errno));
+        goto cleanup;
+    }
+    /* in place: nothing to unlink any more */
+    free(af->tmp_path);
+    af->tmp_path = NULL;
+cleanup:
+    if (af->tmp_path) {
+        unlink(a);
+        if (moved_aux) unlink(b); /* the side-car of a file that did not move */
+    }
+    hsi_atomic_abort(af);
+    return st;
 }
 
-static void set_geo(GDALDatasetH ds, const hsi_meta *meta)
+/* Removes the temporary and its side-car (a failed write). */
+static void gdal_tmp_drop(hsi_atomic_file *af)
+{
+    if (af->tmp_path) {
+        char a[4200];
+        snprintf(a, sizeof a, "%s.aux.xml", af->tmp_path);
+        unlink(a);
+    }
+    hsi_atomic_abort(af);
+}
+
+static void set_geo(GDALDatasetH ds, const hsi_meta *meta, const char *path)
 {
     double gt[6];
     if (meta && hsi_meta_geotransform(meta, gt)) GDALSetGeoTransform(ds, gt);
+    else if (meta && meta->map_info.valid) {
+        const hsi_map_info *mi = &meta->map_info;
+        hsi_warn("%s: written without georeferencing: the map info (pixel size %g x %g, tie "
+                 "point (%g, %g) at (%g, %g), rotation %g) gives no finite geotransform",
+                 path, mi->x_size, mi->y_size, mi->ref_x, mi->ref_y, mi->easting, mi->northing,
+                 mi->rotation);
+    }
     char *wkt = NULL;
     if (meta && hsi_meta_crs_wkt(&wkt, meta) == HSI_OK && wkt) GDALSetProjection(ds, wkt);
     free(wkt);
@@ -598,8 +701,7 @@ hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const 
 {
     hsi_status st = HSI_OK;
     GDALDatasetH ds = NULL;
-    char tmp[4200];
-    int made = 0;
+    hsi_atomic_file af = {0};
     if (cube->ndim != 3)
         return HSI_FAIL(HSI_ERR_ARG, "%s: GeoTIFF writer expects a (bands, lines, samples) view, "
                         "got %d dimensions", path, cube->ndim);
@@ -621,20 +723,19 @@ hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const 
         st = HSI_FAIL(HSI_ERR_UNSUPPORTED, "GDAL has no GTiff driver");
         goto cleanup;
     }
-    tmp_name(tmp, sizeof tmp, path);
+    HSI_TRY(gdal_tmp_open(&af, path));
     char **opts = NULL;
     opts = CSLSetNameValue(opts, "TILED", "YES");
     opts = CSLSetNameValue(opts, "COMPRESS", "DEFLATE");
     opts = CSLSetNameValue(opts, "INTERLEAVE", "BAND");
     opts = CSLSetNameValue(opts, "BIGTIFF", "IF_SAFER");
-    ds = GDALCreate(drv, tmp, (int)S, (int)L, (int)B, to_gdt(dt), opts);
+    ds = GDALCreate(drv, af.tmp_path, (int)S, (int)L, (int)B, to_gdt(dt), opts);
     CSLDestroy(opts);
     if (!ds) {
         st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL cannot create the GeoTIFF (%s)", path, gdal_why());
         goto cleanup;
     }
-    made = 1;
-    set_geo(ds, meta);
+    set_geo(ds, meta, path);
     for (int64_t b = 0; b < B; b++) {
         GDALRasterBandH band = GDALGetRasterBand(ds, (int)b + 1);
         if (meta && meta->band_names && b < meta->n_bands && meta->band_names[b])
@@ -658,11 +759,10 @@ hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const 
         st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL failed while writing (%s)", path, gdal_why());
         goto cleanup;
     }
-    HSI_TRY(commit_tmp(tmp, path));
-    made = 0;
+    st = gdal_tmp_commit(&af, 1);
 cleanup:
     if (ds) GDALClose(ds);
-    if (made) drop_tmp(tmp);
+    gdal_tmp_drop(&af); /* nothing left to drop after a commit */
     quiet_end();
     return st;
 }
@@ -690,8 +790,7 @@ hsi_status hsi_gdal_write_classes(const char *path, const hsi_view *map, int n_c
     GDALColorTableH ct = NULL;
     char **cats = NULL;
     hsi_view m3 = {0};
-    char tmp[4200];
-    int made = 0;
+    hsi_atomic_file af = {0};
     if (map->ndim != 2)
         return HSI_FAIL(HSI_ERR_ARG, "%s: a class map is (lines, samples), got %d dimensions",
                         path, map->ndim);
@@ -719,17 +818,16 @@ hsi_status hsi_gdal_write_classes(const char *path, const hsi_view *map, int n_c
         return st;
     }
     quiet_begin();
-    tmp_name(tmp, sizeof tmp, path);
+    HSI_TRY(gdal_tmp_open(&af, path));
     char **opts = CSLSetNameValue(NULL, "COMPRESS", "DEFLATE");
-    ds = GDALCreate(GDALGetDriverByName("GTiff"), tmp, (int)map->shape[1], (int)map->shape[0], 1,
-                    to_gdt(dt), opts);
+    ds = GDALCreate(GDALGetDriverByName("GTiff"), af.tmp_path, (int)map->shape[1],
+                    (int)map->shape[0], 1, to_gdt(dt), opts);
     CSLDestroy(opts);
     if (!ds) {
         st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL cannot create the GeoTIFF (%s)", path, gdal_why());
-        goto cleanup_q;
+        goto cleanup;
     }
-    made = 1;
-    set_geo(ds, geo);
+    set_geo(ds, geo, path);
     GDALRasterBandH band = GDALGetRasterBand(ds, 1);
     ct = GDALCreateColorTable(GPI_RGB);
     for (int i = 0; i < n; i++) {
@@ -753,12 +851,10 @@ hsi_status hsi_gdal_write_classes(const char *path, const hsi_view *map, int n_c
         st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL failed while writing (%s)", path, gdal_why());
         goto cleanup;
     }
-    HSI_TRY(commit_tmp(tmp, path));
-    made = 0;
+    st = gdal_tmp_commit(&af, 1);
 cleanup:
     if (ds) GDALClose(ds);
-    if (made) drop_tmp(tmp);
-cleanup_q:
+    gdal_tmp_drop(&af);
     if (ct) GDALDestroyColorTable(ct);
     CSLDestroy(cats);
     quiet_end();
@@ -771,7 +867,7 @@ hsi_status hsi_gdal_write_png(const char *path, const uint8_t *img, int64_t line
 {
     hsi_status st = HSI_OK;
     GDALDatasetH mem = NULL, png = NULL;
-    char tmp[4200];
+    hsi_atomic_file af = {0};
     if (channels != 1 && channels != 3 && channels != 4)
         return HSI_FAIL(HSI_ERR_ARG, "%s: PNG needs 1, 3 or 4 channels, got %d", path, channels);
     if (lines < 1 || samples < 1 || lines > 1000000 || samples > 1000000)
@@ -805,27 +901,19 @@ hsi_status hsi_gdal_write_png(const char *path, const uint8_t *img, int64_t line
                                                    : c == 2 ? GCI_BlueBand
                                                             : GCI_AlphaBand);
     }
-    tmp_name(tmp, sizeof tmp, path);
-    png = GDALCreateCopy(pdrv, tmp, mem, FALSE, NULL, NULL, NULL);
+    HSI_TRY(gdal_tmp_open(&af, path));
+    png = GDALCreateCopy(pdrv, af.tmp_path, mem, FALSE, NULL, NULL, NULL);
     if (!png) {
-        drop_tmp(tmp);
         st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL PNG write failed (%s)", path, gdal_why());
         goto cleanup;
     }
     GDALClose(png);
     png = NULL;
-    /* PNG has no room for PAM metadata we care about: drop any side-car */
-    {
-        char a[4200];
-        snprintf(a, sizeof a, "%s.aux.xml", tmp);
-        unlink(a);
-    }
-    if (rename(tmp, path) != 0) {
-        unlink(tmp);
-        st = HSI_FAIL(HSI_ERR_IO, "%s: cannot rename from %s", path, tmp);
-    }
+    /* PNG has no room for PAM metadata we care about: no side-car */
+    st = gdal_tmp_commit(&af, 0);
 cleanup:
     if (png) GDALClose(png);
+    gdal_tmp_drop(&af);
     if (mem) GDALClose(mem);
     quiet_end();
     return st;

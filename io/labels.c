@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cube.h"
 #include "mat.h"
@@ -77,6 +78,21 @@ hsi_status hsi_labels_from_view(hsi_labels *out, const hsi_view *map, const hsi_
         }
         if (d[i] > vmax) vmax = d[i];
     }
+    /* an ENVI header that declares its classes ('classes', 'class names'):
+     * an id beyond them is no class of the file */
+    if (meta && meta->n_classes > 0 && vmax >= meta->n_classes && meta->format &&
+        !strcmp(meta->format, "envi") &&
+        (hsi_meta_find(meta, "classes") || hsi_meta_find(meta, "class names"))) {
+        int64_t i = 0;
+        while (d[i] < meta->n_classes) i++;
+        st = HSI_FAIL(HSI_ERR_FORMAT,
+                      "label map: value %d at line %lld sample %lld is not one of the %d "
+                      "classes the header declares ('classes' = %d: ids 0..%d); fix 'classes' "
+                      "and 'class names', or the map",
+                      d[i], (long long)(i / S), (long long)(i % S), meta->n_classes,
+                      meta->n_classes, meta->n_classes - 1);
+        goto cleanup;
+    }
     int n = vmax + 1;
     if (meta && meta->n_classes > n && meta->n_classes <= HSI_LABELS_MAX_CLASS + 1)
         n = meta->n_classes;
@@ -119,8 +135,12 @@ hsi_status hsi_labels_open(hsi_labels *out, const char *path, const char *var)
     hsi_labels_init(out);
     uint8_t head[1024];
     size_t n = 0;
-    FILE *fp = fopen(path, "rb");
-    if (fp) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0) {
+        /* a file-system name (else a GDAL one, for hsi_cube_open): sniffed
+         * without blocking, a FIFO or a directory refused */
+        FILE *fp = NULL;
+        HSI_TRY(hsi_input_fopen(&fp, path, "label map"));
         n = fread(head, 1, sizeof head, fp);
         fclose(fp);
     }

@@ -127,6 +127,37 @@ void hsi_spe_info_free(hsi_spe_info *s)
     hsi_spe_info_init(s);
 }
 
+static void spe_warn(hsi_spe_info *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void spe_warn(hsi_spe_info *s, const char *fmt, ...)
+{
+    if (s->n_warnings >= HSI_SPE_MAX_WARNINGS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->warnings[s->n_warnings], sizeof s->warnings[0], fmt, ap);
+    va_end(ap);
+    s->n_warnings++;
+}
+
+/* Why a calibration marked valid cannot give wavelengths ("" when it can). */
+static void calib_problem(const hsi_spe_calib *c, size_t base, char *why, size_t n)
+{
+    why[0] = 0;
+    if (c->order < 1 || c->order > 5) {
+        snprintf(why, n, "its polynomial order @%zu is %d (expected 1..5)", base + 101, c->order);
+        return;
+    }
+    int nonzero = 0;
+    for (int j = 0; j <= c->order; j++) {
+        if (!isfinite(c->coeff[j])) {
+            snprintf(why, n, "coefficient %d @%zu is %g, not a finite number", j,
+                     base + 263 + 8 * (size_t)j, c->coeff[j]);
+            return;
+        }
+        if (c->coeff[j] != 0.0) nonzero = 1;
+    }
+    if (!nonzero) snprintf(why, n, "its %d coefficients @%zu are all zero", c->order + 1, base + 263);
+}
+
 /* ------------------------------------------------------------ XML helpers */
 
 static const char *lname(const xmlNode *n) { return (const char *)n->name; }
@@ -187,9 +218,12 @@ static hsi_dtype pixel_format_dtype(const char *s)
 }
 
 /* Parses a list of numbers separated by commas/blanks. With pairs != 0 the
- * list is "a,b a,b ..." and only the first of each pair is kept. */
-static int64_t parse_numbers(const char *s, double **out, int pairs)
+ * list is "a,b a,b ..." and only the first of each pair is kept. *bad: the
+ * 1-based position of the first kept value that is not finite (NaN, inf,
+ * 1e400), 0 when all are. */
+static int64_t parse_numbers(const char *s, double **out, int pairs, int64_t *bad)
 {
+    *bad = 0;
     int64_t cap = 256, n = 0, k = 0;
     double *v = malloc((size_t)cap * sizeof *v);
     if (!v) return -1;
@@ -217,6 +251,7 @@ static int64_t parse_numbers(const char *s, double **out, int pairs)
             }
             v = nv;
         }
+        if (!isfinite(d) && !*bad) *bad = n + 1;
         v[n++] = d;
     }
     *out = v;
@@ -239,16 +274,24 @@ static int id_in_list(const char *list, const char *id)
 /* Fills ROI wavelengths from the sensor-wide wavelength list: column j of a
  * region at sensor x with binning b is the mean of sensor pixels
  * x + j*b .. x + j*b + b - 1. A list as long as the region is used as is. */
-static void roi_wavelengths(hsi_spe_roi *r, const double *wl, int64_t n_wl)
+static void roi_wavelengths(hsi_spe_info *s, int k, const double *wl, int64_t n_wl,
+                            const char *name)
 {
+    hsi_spe_roi *r = &s->rois[k];
     int64_t x = r->x < 0 ? 0 : r->x, b = r->x_binning < 1 ? 1 : r->x_binning;
-    int64_t need;
+    int64_t need = -1;
     int direct = 0;
     if (hsi_mul_ok(r->width, b, &need) && x + need <= n_wl && n_wl > 0) {
         direct = 0;
     } else if (n_wl == r->width) {
         direct = 1;
     } else {
+        spe_warn(s,
+                 "%s: the XML <Wavelength> list has %lld values, region %d needs %lld (sensor "
+                 "x %lld + width %lld x binning %lld) or exactly its width %lld: region %d has "
+                 "no wavelengths",
+                 name, (long long)n_wl, k, (long long)(need >= 0 ? x + need : -1), (long long)x,
+                 (long long)r->width, (long long)b, (long long)r->width, k);
         return;
     }
     double *o = malloc((size_t)(r->width ? r->width : 1) * sizeof *o);
@@ -258,9 +301,9 @@ static void roi_wavelengths(hsi_spe_roi *r, const double *wl, int64_t n_wl)
             o[j] = wl[j];
             continue;
         }
-        double s = 0;
-        for (int64_t k = 0; k < b; k++) s += wl[x + j * b + k];
-        o[j] = s / (double)b;
+        double sum = 0;
+        for (int64_t q = 0; q < b; q++) sum += wl[x + j * b + q];
+        o[j] = sum / (double)b;
     }
     r->wavelength = o;
 }
@@ -439,7 +482,8 @@ static hsi_status parse_footer(hsi_spe_info *s, const char *name, int64_t data_e
             if (!w) continue;
             text = xmlNodeGetContent(w);
             if (!text) continue;
-            n_wl = parse_numbers((const char *)text, &wl, pairs);
+            int64_t bad = 0;
+            n_wl = parse_numbers((const char *)text, &wl, pairs, &bad);
             xmlFree(text);
             text = NULL;
             if (n_wl == -1) {
@@ -447,11 +491,22 @@ static hsi_status parse_footer(hsi_spe_info *s, const char *name, int64_t data_e
                 goto cleanup;
             }
             if (n_wl < 0)
-                XFAIL("%s: XML <Wavelength> list holds something that is not a number", name);
+                XFAIL("%s: XML <%s> list holds something that is not a number", name,
+                      pairs ? "WavelengthError" : "Wavelength");
+            if (bad) {
+                spe_warn(s,
+                         "%s: the XML <%s> list's value %lld (of %lld) is %g, not a finite "
+                         "wavelength: the calibration is not used (no wavelengths)",
+                         name, pairs ? "WavelengthError" : "Wavelength", (long long)bad,
+                         (long long)n_wl, wl[bad - 1]);
+                free(wl);
+                wl = NULL;
+                n_wl = 0;
+            }
         }
     }
     if (wl)
-        for (int k = 0; k < n; k++) roi_wavelengths(&s->rois[k], wl, n_wl);
+        for (int k = 0; k < n; k++) roi_wavelengths(s, k, wl, n_wl, name);
 
     /* per-frame metadata blocks (they sit after each frame, inside the stride) */
     xmlNode *mf = child(root, "MetaFormat");
@@ -533,9 +588,13 @@ int hsi_spe_probe(const void *data, size_t size, char *why, size_t why_len)
     int64_t nf = (int32_t)rd_u32(p, 1446);
     float ver = rd_f32(p, 1992);
     uint64_t foot = rd_u64(p, 678);
-    int v3 = ver >= 3.0f && ver < 4.0f && foot > HSI_SPE_HEADER_SIZE;
+    int v3 = ver >= 3.0f && ver < 4.0f && foot != 0;
     if (v3) {
-        if (foot >= size)
+        if (foot < HSI_SPE_HEADER_SIZE)
+            WHY("version %.1f, but the XML footer offset @678 = %llu points inside the 4100-byte "
+                "header (the footer follows the header and the frames)",
+                ver, (unsigned long long)foot);
+        else if (foot >= size)
             WHY("version %.1f, but the XML footer offset @678 = %llu is not below the file size "
                 "%zu",
                 ver, (unsigned long long)foot, size);
@@ -603,7 +662,8 @@ hsi_status hsi_spe_parse(hsi_spe_info *out, const void *data, size_t size, const
                   "(%zu bytes)",
                   name, out->version, (unsigned long long)foot, size);
         if (foot < HSI_SPE_HEADER_SIZE)
-            XFAIL("%s: SPE %.1f XML footer offset @678 = %llu lies inside the 4100-byte header",
+            XFAIL("%s: SPE %.1f XML footer offset @678 = %llu points inside the 4100-byte header "
+                  "(the footer follows the header and the frames)",
                   name, out->version, (unsigned long long)foot);
         out->footer_offset = foot;
         out->xml_len = size - (size_t)foot;
@@ -652,6 +712,23 @@ hsi_status hsi_spe_parse(hsi_spe_info *out, const void *data, size_t size, const
                 goto cleanup;
             }
             hsi_spe_calib_eval(&out->xcal, out->xdim, out->pixel_base, r->wavelength);
+            for (int64_t i = 0; i < out->xdim; i++)
+                if (!isfinite(r->wavelength[i])) {
+                    spe_warn(out,
+                             "%s: the x calibration @3000 gives %g at pixel %lld (not finite): "
+                             "not used (no wavelengths)",
+                             name, r->wavelength[i], (long long)i + out->pixel_base);
+                    free(r->wavelength);
+                    r->wavelength = NULL;
+                    break;
+                }
+        } else if (out->xcal.valid) {
+            char why[160];
+            calib_problem(&out->xcal, 3000, why, sizeof why);
+            spe_warn(out,
+                     "%s: the x calibration @3000 is marked valid (@3098) but %s: not used (no "
+                     "wavelengths)",
+                     name, why);
         }
     }
 cleanup:
@@ -724,7 +801,8 @@ static hsi_status fill_meta(hsi_meta *m, const hsi_spe_info *s, int roi)
     if (s->camera[0]) HSI_TRY(hsi_meta_set(m, "camera", s->camera, 0));
     if (s->comments[0]) HSI_TRY(hsi_meta_set(m, "comments", s->comments, 1));
     if (s->frame_meta[0]) HSI_TRY(hsi_meta_set(m, "frame metadata", s->frame_meta, 1));
-    if (!s->xml && s->xcal.valid) {
+    for (int i = 0; i < s->n_warnings; i++) hsi_meta_warn(m, "%s", s->warnings[i]);
+    if (!s->xml && calib_usable(&s->xcal)) {
         char c[256];
         size_t w = 0;
         for (int j = 0; j <= s->xcal.order && j < 6; j++) {

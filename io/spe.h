@@ -15,6 +15,7 @@ extern "C" {
 
 #define HSI_SPE_HEADER_SIZE 4100
 #define HSI_SPE_MAX_ROIS 64
+#define HSI_SPE_MAX_WARNINGS 8
 
 /* WinSpec calibration struct (x at byte 3000, y at 3489). */
 typedef struct hsi_spe_calib {
@@ -55,6 +56,10 @@ typedef struct hsi_spe_info {
     int pixel_base;     /* pixel numbering used for the 2.x polynomial (0 or 1) */
     char *xml;          /* the 3.0 footer text (NUL-terminated) or NULL */
     size_t xml_len;
+    /* problems that did not stop the parse (a calibration not used and
+     * why); hsi_spe_open copies them into meta.warnings */
+    int n_warnings;
+    char warnings[HSI_SPE_MAX_WARNINGS][320];
 } hsi_spe_info;
 
 void hsi_spe_info_init(hsi_spe_info *s);
@@ -64,13 +69,19 @@ void hsi_spe_info_free(hsi_spe_info *s);
  * data: the whole file (size bytes). name: used in messages. pixel_base: 1
  * (WinSpec numbering, the default) or 0 for the 2.x x-calibration
  * polynomial. Validates dtype, dimensions, frame count and that every frame
- * of every ROI lies before the footer / end of file. */
+ * of every ROI lies before the footer / end of file. Wavelengths are kept
+ * only when finite and as many as a region needs: a 2.x calibration marked
+ * valid but unusable (order outside 1..5, NaN/inf or all-zero coefficients,
+ * non-finite values), a 3.0 <Wavelength> list with a NaN/inf value or too
+ * few values for a region are warned (out->warnings, naming the counts)
+ * and leave that region without wavelengths. */
 hsi_status hsi_spe_parse(hsi_spe_info *out, const void *data, size_t size, const char *name,
                          int pixel_base);
 
 /* Cheap content sniffing: 1 when the buffer passes the Princeton checks
  * (size > 4100, known data type, positive dims or a 3.0 footer, data fits
- * before footer/end), else 0 with the failed checks listed in why. */
+ * before footer/end), else 0 with the failed checks listed in why (a 3.0
+ * footer offset inside the header or past the end is named as such). */
 int hsi_spe_probe(const void *data, size_t size, char *why, size_t why_len);
 
 /* Evaluates a calibration polynomial at pixels base .. base+n-1. out: n. */

@@ -283,7 +283,185 @@ static void test_malformed(void)
     free(v3);
 }
 
+static void put_f64(uint8_t *p, size_t o, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    put_u64(p, o, u);
+}
+
+static int info_warned(const hsi_spe_info *s, const char *words)
+{
+    for (int i = 0; i < s->n_warnings; i++)
+        if (strstr(s->warnings[i], words)) return 1;
+    return 0;
+}
+
+static int meta_warned(const hsi_meta *m, const char *words)
+{
+    for (int i = 0; i < m->n_warnings; i++)
+        if (strstr(m->warnings[i], words)) return 1;
+    return 0;
+}
+
+/* synth_v3_meta.spe with its <Wavelength> text replaced: header and frames
+ * kept, the footer rebuilt after them. *n: the new size. */
+static uint8_t *v3_with_wavelengths(const uint8_t *v3, size_t n3, const char *list, size_t *n)
+{
+    uint64_t foot = 0;
+    for (int i = 7; i >= 0; i--) foot = (foot << 8) | v3[678 + i];
+    const char *xml = (const char *)v3 + foot;
+    const char *a = strstr(xml, "<Wavelength xml:space=\"preserve\">");
+    const char *b = a ? strstr(a, "</Wavelength>") : NULL;
+    if (!a || !b) return NULL;
+    a += strlen("<Wavelength xml:space=\"preserve\">");
+    size_t head = (size_t)(a - (const char *)v3), tail = n3 - (size_t)(b - (const char *)v3);
+    *n = head + strlen(list) + tail;
+    uint8_t *o = malloc(*n);
+    memcpy(o, v3, head);
+    memcpy(o + head, list, strlen(list));
+    memcpy(o + head + strlen(list), b, tail);
+    return o;
+}
+
+static int write_file(const char *path, const uint8_t *d, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return 0;
+    int ok = fwrite(d, 1, n, fp) == n;
+    return fclose(fp) == 0 && ok;
+}
+
+/* Calibrations that cannot give wavelengths are warned, naming the counts
+ * or the value, and give none (never NaN, never silently nothing). */
+static void test_bad_calibration(void)
+{
+    size_t n2 = 0, n3 = 0, n = 0;
+    uint8_t *v2 = slurp(FIX "synth_v2_i16.spe", &n2), *v3 = slurp(FIX "synth_v3_meta.spe", &n3);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v3);
+    hsi_spe_info s;
+    hsi_cube c;
+
+    /* 3.0: 2 wavelengths for regions of 4 (sensor x 1) and 3 (x 3, binning 2) */
+    uint8_t *w = v3_with_wavelengths(v3, n3, "400.0,401.0", &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    HSI_CHECK_OK(hsi_spe_parse(&s, w, n, "two.spe", 1));
+    CU_ASSERT_PTR_NULL(s.rois[0].wavelength);
+    CU_ASSERT_PTR_NULL(s.rois[1].wavelength);
+    CU_ASSERT(info_warned(&s, "two.spe: the XML <Wavelength> list has 2 values, region 0 needs 5 "
+                              "(sensor x 1 + width 4 x binning 1) or exactly its width 4"));
+    CU_ASSERT(info_warned(&s, "has 2 values, region 1 needs 9 (sensor x 3 + width 3 x binning 2)"));
+    hsi_spe_info_free(&s);
+    const char *tp = hsi_test_tmp("two_wl.spe");
+    CU_ASSERT_FATAL(write_file(tp, w, n));
+    hsi_set_quiet(1);
+    HSI_CHECK_OK(hsi_spe_open(&c, tp, NULL));
+    hsi_set_quiet(0);
+    CU_ASSERT_PTR_NULL(hsi_meta_find(&c.meta, "sample wavelength"));
+    CU_ASSERT(meta_warned(&c.meta, "two_wl.spe: the XML <Wavelength> list has 2 values, region 0"));
+    hsi_cube_free(&c);
+    free(w);
+    /* exactly a region's width is used as is; the other region is warned */
+    w = v3_with_wavelengths(v3, n3, "500,501,502", &n);
+    HSI_CHECK_OK(hsi_spe_parse(&s, w, n, "three.spe", 1));
+    CU_ASSERT_PTR_NULL(s.rois[0].wavelength);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s.rois[1].wavelength);
+    CU_ASSERT_EQUAL(s.rois[1].wavelength[2], 502);
+    CU_ASSERT_EQUAL(s.n_warnings, 1);
+    hsi_spe_info_free(&s);
+    free(w);
+
+    /* 3.0: a NaN (or inf, or 1e400) in the list: no wavelengths, warned */
+    const char *bad_lists[] = {"400,400.5,NaN,401.5,402,402.5,403,403.5,404,404.5",
+                               "400,400.5,401,401.5,inf,402.5,403,403.5,404,404.5",
+                               "400,400.5,401,401.5,402,402.5,403,403.5,404,1e400"};
+    const char *bad_pos[] = {"value 3 (of 10) is nan", "value 5 (of 10) is inf",
+                             "value 10 (of 10) is inf"};
+    for (int i = 0; i < 3; i++) {
+        w = v3_with_wavelengths(v3, n3, bad_lists[i], &n);
+        HSI_CHECK_OK(hsi_spe_parse(&s, w, n, "nan.spe", 1));
+        CU_ASSERT_PTR_NULL(s.rois[0].wavelength);
+        CU_ASSERT_PTR_NULL(s.rois[1].wavelength);
+        CU_ASSERT(info_warned(&s, bad_pos[i]));
+        CU_ASSERT(info_warned(&s, "not a finite wavelength: the calibration is not used"));
+        hsi_spe_info_free(&s);
+        free(w);
+    }
+
+    /* 2.x: a NaN polynomial coefficient in a calibration marked valid */
+    uint8_t *b = malloc(n2);
+    memcpy(b, v2, n2);
+    put_f64(b, 3000 + 263 + 8, NAN);
+    HSI_CHECK_OK(hsi_spe_parse(&s, b, n2, "nan2.spe", 1));
+    CU_ASSERT_PTR_NULL(s.rois[0].wavelength);
+    CU_ASSERT(info_warned(&s, "nan2.spe: the x calibration @3000 is marked valid (@3098) but "
+                              "coefficient 1 @3271 is nan, not a finite number"));
+    hsi_spe_info_free(&s);
+    tp = hsi_test_tmp("nan2.spe");
+    CU_ASSERT_FATAL(write_file(tp, b, n2));
+    hsi_set_quiet(1);
+    HSI_CHECK_OK(hsi_spe_open(&c, tp, NULL));
+    hsi_set_quiet(0);
+    CU_ASSERT_PTR_NULL(hsi_meta_find(&c.meta, "sample wavelength"));
+    CU_ASSERT_PTR_NULL(hsi_meta_find(&c.meta, "x calibration")); /* no NaN kept */
+    CU_ASSERT(meta_warned(&c.meta, "coefficient 1 @3271 is nan"));
+    hsi_cube_free(&c);
+    /* finite coefficients whose polynomial overflows */
+    memcpy(b, v2, n2);
+    put_f64(b, 3000 + 263 + 16, 1e308);
+    HSI_CHECK_OK(hsi_spe_parse(&s, b, n2, "big.spe", 1));
+    CU_ASSERT_PTR_NULL(s.rois[0].wavelength);
+    CU_ASSERT(info_warned(&s, "big.spe: the x calibration @3000 gives inf at pixel 2"));
+    hsi_spe_info_free(&s);
+    /* marked valid with an order outside 1..5 */
+    memcpy(b, v2, n2);
+    b[3000 + 101] = 9;
+    HSI_CHECK_OK(hsi_spe_parse(&s, b, n2, "order.spe", 1));
+    CU_ASSERT_PTR_NULL(s.rois[0].wavelength);
+    CU_ASSERT(info_warned(&s, "its polynomial order @3101 is 9 (expected 1..5)"));
+    hsi_spe_info_free(&s);
+    /* the good file: wavelengths, no warning */
+    HSI_CHECK_OK(hsi_spe_parse(&s, v2, n2, "good.spe", 1));
+    CU_ASSERT_PTR_NOT_NULL(s.rois[0].wavelength);
+    CU_ASSERT_EQUAL(s.n_warnings, 0);
+    hsi_spe_info_free(&s);
+    free(b);
+    free(v2);
+    free(v3);
+}
+
+/* A 3.0 footer offset inside the header: the content sniffer and the
+ * dispatcher say so (not "xdim @42 = 0 ...": a 3.0 file has zero dims). */
+static void test_footer_inside_header(void)
+{
+    size_t n3 = 0;
+    uint8_t *v3 = slurp(FIX "synth_v3_meta.spe", &n3);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v3);
+    put_u64(v3, 678, 100);
+    v3[42] = v3[43] = v3[656] = v3[657] = 0; /* as LightField writes multi-ROI files */
+    char why[512];
+    CU_ASSERT_EQUAL(hsi_spe_probe(v3, n3, why, sizeof why), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "the XML footer offset @678 = 100 points inside the "
+                                       "4100-byte header"));
+    CU_ASSERT_PTR_NULL(strstr(why, "xdim"));
+    hsi_spe_info s;
+    HSI_CHECK_FAILS(hsi_spe_parse(&s, v3, n3, "inside.spe", 1), HSI_ERR_FORMAT,
+                    "inside.spe: SPE 3.0 XML footer offset @678 = 100 points inside the "
+                    "4100-byte header");
+    const char *tp = hsi_test_tmp("inside.spe");
+    CU_ASSERT_FATAL(write_file(tp, v3, n3));
+    hsi_cube c;
+    HSI_CHECK_FAILS(hsi_cube_open(&c, tp, NULL), HSI_ERR_FORMAT,
+                    "footer offset @678 = 100 points inside the 4100-byte header");
+    CU_ASSERT_PTR_NULL(strstr(hsi_last_error(), "xdim"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "inside.spe"));
+    free(v3);
+}
+
 HSI_SUITE(spe, 0, {"synthetic 2.x/3.0 files vs numpy reader", test_synthetic},
           {"3.0 frame stride, ROI offsets, metadata", test_v3_layout},
-          {"pixel numbering base", test_pixel_base}, {"malformed files", test_malformed})
+          {"pixel numbering base", test_pixel_base}, {"malformed files", test_malformed},
+          {"unusable calibrations warned, none kept", test_bad_calibration},
+          {"3.0 footer offset inside the header", test_footer_inside_header})
 HSI_SUITE(spe_shared, HSI_SUITE_NEEDS_SHARED, {"16 real SPE files vs numpy reader", test_real_files})
