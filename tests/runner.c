@@ -2,6 +2,7 @@
  * those whose names contain one of the arguments) and exits with the number
  * of failures, so `make test` fails when any test fails. */
 #define _GNU_SOURCE
+#include <cJSON.h>
 #include "test.h"
 
 #include <CUnit/Basic.h>
@@ -95,6 +96,27 @@ int hsi_test_run(char *out, size_t n, const char *fmt, ...)
     }
     int rc = pclose(p);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+int hsi_test_same_file(const char *a, const char *b)
+{
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    int same = hsi_read_file(a, &x, &nx) == HSI_OK && hsi_read_file(b, &y, &ny) == HSI_OK &&
+               nx == ny && memcmp(x, y, nx) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+cJSON *hsi_test_load_json(const char *path)
+{
+    char *t = NULL;
+    size_t n;
+    if (hsi_read_file(path, &t, &n) != HSI_OK) return NULL;
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    return j;
 }
 
 static int cmp_suite(const void *a, const void *b)

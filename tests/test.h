@@ -80,6 +80,11 @@ char *hsi_test_threads_set(const char *n);
 void hsi_test_threads_restore(char *saved);
 int hsi_test_run(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* 1 when files a and b hold the same bytes (both readable). */
+int hsi_test_same_file(const char *a, const char *b);
+/* A JSON file parsed with cJSON (NULL when unreadable or not JSON). */
+struct cJSON *hsi_test_load_json(const char *path);
+
 #define HSI_ASSERT_NEAR(a, b, tol) CU_ASSERT_DOUBLE_EQUAL((a), (b), (tol))
 
 #endif

@@ -11,17 +11,6 @@
 #include "test.h"
 
 
-static int same_file(const char *a, const char *b)
-{
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    int same = hsi_read_file(a, &x, &nx) == HSI_OK && hsi_read_file(b, &y, &ny) == HSI_OK &&
-               nx == ny && memcmp(x, y, nx) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 static char out[1 << 16];
 
 static void test_help(void)
@@ -50,13 +39,13 @@ static void test_synth_reproduces_samples(void)
     CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " synth %s --seed 42", base), 0);
     char a[4096], b[4096];
     snprintf(a, sizeof a, "%s.img", base);
-    CU_ASSERT(same_file(a, "data_samples/scene.img"));
+    CU_ASSERT(hsi_test_same_file(a, "data_samples/scene.img"));
     snprintf(a, sizeof a, "%s_gt", base);
-    CU_ASSERT(same_file(a, "data_samples/scene_gt"));
+    CU_ASSERT(hsi_test_same_file(a, "data_samples/scene_gt"));
     /* another seed gives another scene */
     CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " synth %s --seed 7", base), 0);
     snprintf(b, sizeof b, "%s.img", base);
-    CU_ASSERT(!same_file(b, "data_samples/scene.img"));
+    CU_ASSERT(!hsi_test_same_file(b, "data_samples/scene.img"));
     /* the committed labels: >= 6 classes, each with >= 100 pixels, and unlabelled pixels */
     hsi_cube gt;
     hsi_cube_init(&gt);

@@ -169,16 +169,6 @@ static cJSON *st_last(st_edit *e)
 
 /* ---------------------------------------------------------- JSON edits */
 
-static cJSON *json_load(const char *path)
-{
-    char *t = NULL;
-    size_t n;
-    if (hsi_read_file(path, &t, &n) != HSI_OK) return NULL;
-    cJSON *j = cJSON_Parse(t);
-    free(t);
-    return j;
-}
-
 static void json_save(const char *path, cJSON *j)
 {
     char *t = cJSON_Print(j);
@@ -194,7 +184,7 @@ static void json_save(const char *path, cJSON *j)
 static void pipeline_set(const char *dir, const char *key, cJSON *v)
 {
     const char *p = join(dir, "pipeline.json");
-    cJSON *j = json_load(p);
+    cJSON *j = hsi_test_load_json(p);
     CU_ASSERT_PTR_NOT_NULL_FATAL(j);
     cJSON_DeleteItemFromObjectCaseSensitive(j, key);
     if (v) cJSON_AddItemToObject(j, key, v);
@@ -623,7 +613,7 @@ static void test_pipeline_types(void)
     /* model.safetensors for other classes than pipeline.json's */
     COPY(dir, "fr_types");
     const char *p = join(dir, "pipeline.json");
-    cJSON *j = json_load(p);
+    cJSON *j = hsi_test_load_json(p);
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "classes"), 0);
     cJSON_ReplaceItemInObject(c0, "label", cJSON_CreateNumber(99));
     json_save(p, j);

@@ -221,17 +221,6 @@ static void test_full_disk_and_stdout(void)
     }
 }
 
-static int file_same(const char *a, const char *b)
-{
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    int same = hsi_read_file(a, &x, &nx) == HSI_OK && hsi_read_file(b, &y, &ny) == HSI_OK &&
-               nx == ny && memcmp(x, y, nx) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 #define TRAIN HSI_BIN " train " SCENE " " LABELS " --train 0.03 --val 0 --quiet --seed 5 "
 
 /* A run replaced with --overwrite and killed before it is moved into place:
@@ -248,7 +237,7 @@ static void test_run_directory_kill(void)
     CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, "cp %s %s", a, keep), 0);
     int rc = hsi_test_run(out, sizeof out, "HSI_FAULT=run-swap " TRAIN "--out %s --epochs 2 --seed 6 --overwrite", dir);
     CU_ASSERT_NOT_EQUAL(rc, 0);
-    CU_ASSERT(file_same(a, keep)); /* the old run, whole */
+    CU_ASSERT(hsi_test_same_file(a, keep)); /* the old run, whole */
     snprintf(b, sizeof b, "%s/pipeline.json", dir);
     CU_ASSERT_EQUAL(access(b, F_OK), 0);
     CU_ASSERT_EQUAL(count_named(p, "run.hsi-tmp-"), 1);
@@ -260,7 +249,7 @@ static void test_run_directory_kill(void)
                                  "--seed 6 --out %s --epochs 3 --resume", dir), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "resuming the interrupted run"));
     CU_ASSERT_EQUAL(count_named(p, "run.hsi-tmp-"), 0);
-    CU_ASSERT(!file_same(a, keep));
+    CU_ASSERT(!hsi_test_same_file(a, keep));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " " LABELS " --json", dir), 0);
     /* --overwrite refuses to remove what a run does not hold */
     snprintf(b, sizeof b, "%s/notes.txt", dir);
@@ -296,7 +285,7 @@ static void test_resume_replans_bitwise(void)
     char ma[4200], mb[4200];
     snprintf(ma, sizeof ma, "%s/model.safetensors", a);
     snprintf(mb, sizeof mb, "%s/model.safetensors", b);
-    CU_ASSERT(file_same(ma, mb));
+    CU_ASSERT(hsi_test_same_file(ma, mb));
 }
 
 HSI_SUITE(faults_write, 0,

@@ -22,15 +22,11 @@ static char out[1 << 16];
 
 static int same_file(const char *dir_a, const char *dir_b, const char *name)
 {
-    char a[4096], b[4096], *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
+    char a[4096], b[4096];
     snprintf(a, sizeof a, "%s/%s", dir_a, name);
     snprintf(b, sizeof b, "%s/%s", dir_b, name);
-    int same = hsi_read_file(a, &x, &nx) == HSI_OK && hsi_read_file(b, &y, &ny) == HSI_OK &&
-               nx == ny && memcmp(x, y, nx) == 0;
+    int same = hsi_test_same_file(a, b);
     if (!same) fprintf(stderr, "\n  %s differs between %s and %s\n", name, dir_a, dir_b);
-    free(x);
-    free(y);
     return same;
 }
 

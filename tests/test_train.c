@@ -15,27 +15,6 @@
 
 static char out[1 << 16];
 
-static cJSON *load_json(const char *path)
-{
-    char *t = NULL;
-    size_t n;
-    if (hsi_read_file(path, &t, &n) != HSI_OK) return NULL;
-    cJSON *j = cJSON_Parse(t);
-    free(t);
-    return j;
-}
-
-static int same_file(const char *a, const char *b)
-{
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    int same = hsi_read_file(a, &x, &nx) == HSI_OK && hsi_read_file(b, &y, &ny) == HSI_OK &&
-               nx == ny && memcmp(x, y, nx) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 static void test_train_outputs(void)
 {
     const char *dir = hsi_test_tmp("t1");
@@ -53,7 +32,7 @@ static void test_train_outputs(void)
     }
     /* metrics: OA, AA and kappa recomputed from the confusion matrix */
     snprintf(path, sizeof path, "%s/metrics.json", dir);
-    cJSON *m = load_json(path);
+    cJSON *m = hsi_test_load_json(path);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     cJSON *cm = cJSON_GetObjectItem(m, "confusion");
     int K = cJSON_GetArraySize(cm);
@@ -107,7 +86,7 @@ static void test_train_outputs(void)
     /* eval on the split's test pixels (the default) is metrics.json's OA */
     const char *et = hsi_test_tmp("t1_eval_test.json");
     CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --out %s", dir, et), 0);
-    cJSON *e = load_json(et);
+    cJSON *e = hsi_test_load_json(et);
     CU_ASSERT_PTR_NOT_NULL_FATAL(e);
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "oa")->valuedouble, test_oa, 0);
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "n")->valuedouble, tot, 0);
@@ -125,7 +104,7 @@ static void test_train_outputs(void)
             n++;
             ok += g[i] == mp[i];
         }
-    e = load_json(ej);
+    e = hsi_test_load_json(ej);
     CU_ASSERT_PTR_NOT_NULL_FATAL(e);
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "oa")->valuedouble, (double)ok / (double)n, 1e-12);
     cJSON_Delete(e);
@@ -144,7 +123,7 @@ static void test_resume_bit_identical(void)
     char pa[4096], pb[4096];
     snprintf(pa, sizeof pa, "%s/model.safetensors", a);
     snprintf(pb, sizeof pb, "%s/model.safetensors", b);
-    CU_ASSERT(same_file(pa, pb));
+    CU_ASSERT(hsi_test_same_file(pa, pb));
     /* nothing left to resume */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s --resume", b, opts), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "already holds 2 epochs"));
@@ -181,7 +160,7 @@ static void test_train_no_silent_overwrite(void)
     const char *opts = "--epochs 1 --train 0.03 --val 0 --quiet";
     CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s %s", dir, opts), 0);
     snprintf(path, sizeof path, "%s/metrics.json", dir);
-    cJSON *m = load_json(path);
+    cJSON *m = hsi_test_load_json(path);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     CU_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(m, "best_val_oa")));
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "epoch_selection")->valuestring,
@@ -209,7 +188,7 @@ static void test_train_no_silent_overwrite(void)
     const char *ej = hsi_test_tmp("t_on_train.json");
     CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --on train --out %s", dir, ej), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "training pixels"));
-    cJSON *e = load_json(ej);
+    cJSON *e = hsi_test_load_json(ej);
     CU_ASSERT_PTR_NOT_NULL_FATAL(e);
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "n")->valuedouble, n_train, 0);
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(e, "on")->valuestring, "train");
