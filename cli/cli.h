@@ -50,4 +50,12 @@ int hsi_cli_parse_double(const char *cmd, const char *opt, const char *s, double
 hsi_status hsi_cli_check_output(const char *out, const char *in_header, const char *in_data,
                                 int overwrite);
 
+/* Several cubes in one command (cli/batch.c): when argv holds more inputs
+ * than the command takes, a directory, @list or a batch option (--out-dir,
+ * --out-ext, --jobs, --continue-on-error), runs the batch, sets *rc and
+ * returns 1; returns 0 for the single-cube form (or a command without one). */
+int hsi_cli_batch(const hsi_cli_cmd *cmd, int argc, char **argv, int *rc);
+/* The batch options' help for a command that has a batch form (else NULL). */
+const char *hsi_cli_batch_usage(const char *name);
+
 #endif

@@ -49,6 +49,8 @@ int hsi_cli_wants_help(const hsi_cli_cmd *cmd, int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             fputs(cmd->usage, stdout);
+            const char *b = hsi_cli_batch_usage(cmd->name);
+            if (b) fputs(b, stdout);
             return 1;
         }
     return 0;
@@ -141,6 +143,8 @@ static void print_help(FILE *fp)
     for (int i = 0; i < n_cmds; i++)
         if (strncmp(cmds[i]->name, "bench-", 6) != 0) /* reached through `hsi bench` */
             fprintf(fp, "  %-12s %s\n", cmds[i]->name, cmds[i]->summary);
+    fprintf(fp, "\nSeveral cubes: info, stats, convert, quicklook, preprocess and predict take\n"
+                "several inputs, a folder or @list.txt (--out-dir, --jobs, --continue-on-error).\n");
     fprintf(fp, "\nbuild: %s\n", hsi_cuda_built() ? "CUDA" : "CPU only");
 }
 
@@ -208,5 +212,7 @@ int main(int argc, char **argv)
     if (argc > 2 && argv[2][0] != '-') snprintf(sub, sizeof sub, "%s-%s", name, argv[2]);
     if (!(sub[0] && hsi_cli_find(sub)) && hsi_cli_wants_help(c, argc - 1, argv + 1))
         return HSI_EXIT_OK;
+    int rc;
+    if (hsi_cli_batch(c, argc - 1, argv + 1, &rc)) return rc; /* several cubes */
     return c->run(argc - 1, argv + 1);
 }
