@@ -239,7 +239,7 @@ static int run_train_like(int argc, char **argv, const char *cmd, int profile)
     printf("\nOA %.2f %%  AA %.2f %%  kappa %.4f  (%lld test pixels)\n", 100 * res.oa, 100 * res.aa,
            res.kappa, (long long)res.n_test);
     printf("outputs in %s: model.safetensors preprocessing.safetensors pipeline.json metrics.json "
-           "split.hdr map.hdr map.png\n", c.out_dir);
+           "split.hdr map.hdr map.png history.csv\n", c.out_dir);
     printf("map picture: %s/map.png\n", c.out_dir);
     if (profile) {
         const hsi_train_profile *p = &res.prof;

@@ -74,6 +74,8 @@ struct hsi_trainer {
     hsi_graph *g;
     FILE *log;
     hsi_workdir wd; /* c.out_dir is wd.work until the run moves into place */
+    char *history;  /* history.csv so far */
+    size_t history_len;
     char *p_state, *p_best;
     int on_gpu, have_val, first_epoch, epoch, best_epoch, since_best, stop, finished;
     /* the epoch in progress (hsi_trainer_step) */
@@ -561,6 +563,8 @@ cleanup:
     return st;
 }
 
+static hsi_status history_begin(hsi_trainer *t);
+
 hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
 {
     hsi_status st = HSI_OK;
@@ -600,6 +604,7 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
     HSI_TRY(open_and_split(t));
     HSI_TRY(fit_preprocessing(t));
     HSI_TRY(build_model(t));
+    HSI_TRY(history_begin(t));
     t->t_train = hsi_now();
     *out = t;
     return HSI_OK;
@@ -612,6 +617,61 @@ cleanup:
 
 /* After the loader's last batch of an epoch: validation, schedule, best
  * weights, the event, the checkpoint, early stopping. */
+static const char history_head[] = "epoch,train_loss,train_acc,val_oa,lr,samples_per_s,seconds\n";
+
+static int history_add(hsi_trainer *t, const char *row)
+{
+    size_t k = strlen(row);
+    char *nb = realloc(t->history, t->history_len + k + 1);
+    if (!nb) return 0;
+    memcpy(nb + t->history_len, row, k + 1);
+    t->history = nb;
+    t->history_len += k;
+    return 1;
+}
+
+/* history.csv: the header, then (on --resume) the rows of the epochs the
+ * state holds, from the run's own history.csv when it has one. */
+static hsi_status history_begin(hsi_trainer *t)
+{
+    if (!history_add(t, history_head)) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    if (!t->c.resume || t->first_epoch == 0) return HSI_OK;
+    char *p = hsi_run_path(t->c.out_dir, "history.csv"), *text = NULL;
+    size_t n = 0;
+    if (p && access(p, F_OK) == 0 && hsi_read_file(p, &text, &n) == HSI_OK &&
+        !strncmp(text, history_head, strlen(history_head))) {
+        char *line = text + strlen(history_head);
+        for (int e = 0; e < t->first_epoch && *line; e++) {
+            char *end = strchr(line, '\n');
+            if (!end) break;
+            char save = end[1];
+            end[1] = 0;
+            if (atoi(line) != e + 1 || !history_add(t, line)) break;
+            end[1] = save;
+            line = end + 1;
+        }
+    }
+    free(text);
+    free(p);
+    return HSI_OK;
+}
+
+/* One row per epoch (NaN: not measured, an empty field). */
+static hsi_status history_write(hsi_trainer *t, int epoch, double loss, double acc, double val_oa,
+                                double lr, double sps, double secs)
+{
+    char row[256], a[32] = "", v[32] = "";
+    if (isfinite(acc)) snprintf(a, sizeof a, "%.6f", acc);
+    if (isfinite(val_oa)) snprintf(v, sizeof v, "%.6f", val_oa);
+    snprintf(row, sizeof row, "%d,%.6g,%s,%s,%.6g,%.1f,%.3f\n", epoch, loss, a, v, lr, sps, secs);
+    if (!history_add(t, row)) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    char *p = hsi_run_path(t->c.out_dir, "history.csv");
+    if (!p) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    hsi_status st = hsi_write_file_atomic(p, t->history, t->history_len);
+    free(p);
+    return st;
+}
+
 static hsi_status end_epoch(hsi_trainer *t)
 {
     hsi_status st = HSI_OK;
@@ -673,6 +733,7 @@ static hsi_status end_epoch(hsi_trainer *t)
                           .samples_per_s = sps,
                           .eta_s = eta};
     if (emit(t, &ev, line, NULL)) t->stop = 1;
+    HSI_TRY(history_write(t, epoch + 1, loss, acc, t->have_val ? val_oa : NAN, lr_now, sps, dt));
     if (!t->on_gpu) {
         cJSON *rj = cJSON_CreateObject();
         cJSON_AddNumberToObject(rj, "best_val", t->best_val);
@@ -914,6 +975,7 @@ void hsi_trainer_free(hsi_trainer *t)
     hsi_cube_free(&t->cube);
     if (t->log) fclose(t->log);
     hsi_workdir_free(&t->wd);
+    free(t->history);
     free(t->p_state);
     free(t->p_best);
     free(t);

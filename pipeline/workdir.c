@@ -20,7 +20,7 @@ static const char *const run_files[] = {
     "pipeline.json", "model.safetensors", "preprocessing.safetensors", "train_state.safetensors",
     "best.safetensors", "split.json", "split.hdr", "split", "metrics.json", "map.hdr", "map",
     "map.png", "map.tif", "map.tif.aux.xml", "map.png.aux.xml", "train.log", "profile.json",
-    "pca.bin", ".hsi-lock", NULL};
+    "pca.bin", "history.csv", ".hsi-lock", NULL};
 /* any one of these: the folder holds a run */
 static const char *const run_marks[] = {"pipeline.json", "train_state.safetensors",
                                         "model.safetensors", NULL};

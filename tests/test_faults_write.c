@@ -286,6 +286,33 @@ static void test_resume_replans_bitwise(void)
     snprintf(ma, sizeof ma, "%s/model.safetensors", a);
     snprintf(mb, sizeof mb, "%s/model.safetensors", b);
     CU_ASSERT(hsi_test_same_file(ma, mb));
+    /* history.csv: a row per epoch, the resumed run's rows those of the
+     * straight run but for the timings */
+    snprintf(ma, sizeof ma, "%s/history.csv", a);
+    snprintf(mb, sizeof mb, "%s/history.csv", b);
+    char *x = NULL, *y = NULL;
+    size_t nx, ny;
+    HSI_CHECK_OK(hsi_read_file(ma, &x, &nx));
+    HSI_CHECK_OK(hsi_read_file(mb, &y, &ny));
+    if (x && y) {
+        CU_ASSERT_NSTRING_EQUAL(x, "epoch,train_loss,train_acc,val_oa,lr,samples_per_s,seconds\n", 59);
+        char *px = x, *py = y;
+        int rows = 0;
+        for (; (px = strchr(px, '\n')) && (py = strchr(py, '\n')); rows++) {
+            px++, py++;
+            if (!*px) break;
+            /* epoch,loss,acc,val,lr: the first five fields */
+            int kx = 0, ky = 0, f = 0;
+            while (f < 5 && px[kx]) f += px[kx++] == ',';
+            for (f = 0; f < 5 && py[ky];) f += py[ky++] == ',';
+            CU_ASSERT_EQUAL(kx, ky);
+            CU_ASSERT(strncmp(px, py, (size_t)kx) == 0);
+            CU_ASSERT_EQUAL(atoi(px), rows + 1);
+        }
+        CU_ASSERT_EQUAL(rows, 2);
+    }
+    free(x);
+    free(y);
 }
 
 HSI_SUITE(faults_write, 0,

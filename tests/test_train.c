@@ -23,7 +23,7 @@ static void test_train_outputs(void)
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     const char *files[] = {"model.safetensors", "pipeline.json", "preprocessing.safetensors",
                            "metrics.json", "split.json", "split.hdr", "split", "map.hdr", "map",
-                           "map.png", "train.log", "train_state.safetensors"};
+                           "map.png", "train.log", "train_state.safetensors", "history.csv"};
     char path[4096];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
