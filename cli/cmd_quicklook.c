@@ -14,7 +14,8 @@
 
 static const char usage[] =
     "usage: hsi quicklook IN OUT.png [--rgb R,G,B | --bands R,G,B] [--stretch P]\n"
-    "                     [--var NAME] [--image N] [--labels] [--no-legend] [--overwrite]\n"
+    "                     [--var NAME] [--image N] [--labels] [--no-legend]\n"
+    "                     [--zoom K | --width W] [--overwrite]\n"
     "\n"
     "  --rgb R,G,B     wavelengths in nm; the nearest bands are used (default\n"
     "                  640,550,460 when the cube has wavelengths)\n"
@@ -27,13 +28,20 @@ static const char usage[] =
     "  --labels        treat IN as a label map (automatic for ENVI\n"
     "                  classification files, class GeoTIFFs and 2-D .mat maps)\n"
     "  --no-legend     label maps: no legend panel\n"
+    "  --zoom K        K x K screen pixels per cube pixel (nearest neighbour)\n"
+    "  --width W       the picture W pixels wide, the aspect kept (a width below\n"
+    "                  the cube's shrinks it: a look at a long flight line)\n"
     "A label map is drawn with its class colours (or a fixed palette), 0 =\n"
     "unlabelled in black, and a legend with each present class's colour, id,\n"
     "name and pixel count.\n";
 
+/* --zoom / --width: the picture's width for a cube of S samples (0: S) */
+static long long g_zoom, g_width;
+static int64_t pic_width(int64_t S) { return g_zoom ? g_zoom * S : g_width; }
+
 static int labels_png(const char *cmd, const hsi_labels *l, const char *out, int legend)
 {
-    hsi_status st = hsi_quicklook_labels(out, l, legend);
+    hsi_status st = hsi_quicklook_labels_sized(out, l, legend, pic_width(l->map.shape[1]));
     if (st != HSI_OK) return hsi_cli_fail(cmd, st);
     int present = 0;
     for (int c = 0; c < l->n_classes; c++) present += l->counts[c] > 0;
@@ -120,7 +128,7 @@ static int cube_png(const char *cmd, const hsi_cube *c, const char *out, const c
         band[0] = band[1] = band[2] = 0;
         how = "grey";
     }
-    hsi_status st = hsi_quicklook_rgb_png(out, v, band, pct, m);
+    hsi_status st = hsi_quicklook_rgb_png_sized(out, v, band, pct, m, pic_width(v->shape[2]));
     if (st != HSI_OK) return hsi_cli_fail(cmd, st);
     printf("%s: %lld samples x %lld lines, bands %lld,%lld,%lld (1-based; %s)", out,
            (long long)v->shape[2], (long long)v->shape[1], (long long)band[0] + 1, (long long)band[1] + 1,
@@ -160,6 +168,10 @@ static int run_quicklook(int argc, char **argv)
             if (!(var = v)) return hsi_cli_usage_error(cmd, "--var needs a value");
         } else if (hsi_cli_opt(argc, argv, &i, "--image", &v)) {
             if (!hsi_cli_parse_int(cmd, "--image", v, 0, 1 << 20, &image)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--zoom", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--zoom", v, 1, 64, &g_zoom)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--width", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--width", v, 1, 65535, &g_width)) return HSI_EXIT_USAGE;
         } else if (!strcmp(argv[i], "--labels")) {
             force_labels = 1;
         } else if (!strcmp(argv[i], "--no-legend")) {
@@ -178,6 +190,7 @@ static int run_quicklook(int argc, char **argv)
     }
     if (!in || !out) return hsi_cli_usage_error(cmd, "needs IN and OUT.png");
     if (rgb && bands) return hsi_cli_usage_error(cmd, "--rgb and --bands exclude each other");
+    if (g_zoom && g_width) return hsi_cli_usage_error(cmd, "--zoom and --width exclude each other");
     size_t ol = strlen(out);
     if (ol < 4 || strcasecmp(out + ol - 4, ".png") != 0)
         return hsi_cli_usage_error(cmd, "OUT must end in .png, got '%s'", out);

@@ -168,9 +168,40 @@ static void class_color(int c, int n_classes, const uint8_t *rgb, uint8_t out[3]
     hsi_quicklook_palette(c, out);
 }
 
+/* The picture's size for a requested width (0: the cube's own), the
+ * aspect kept; at least one pixel each way. */
+static hsi_status sized(const char *path, int64_t L, int64_t S, int64_t width, int64_t *L2,
+                        int64_t *S2)
+{
+    *L2 = L, *S2 = S;
+    if (width <= 0 || width == S) return HSI_OK;
+    if (width > 65535 || (double)width * (double)L / (double)S > 65535)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: a %lld-pixel-wide picture of %lld x %lld pixels is beyond "
+                                     "PNG's 65535 pixels a side", path, (long long)width,
+                        (long long)S, (long long)L);
+    *S2 = width;
+    *L2 = (int64_t)llround((double)L * (double)width / (double)S);
+    if (*L2 < 1) *L2 = 1;
+    return HSI_OK;
+}
+
+/* Nearest-neighbour index of output pixel i of n2 in an axis of n. */
+static int64_t nn_src(int64_t i, int64_t n, int64_t n2)
+{
+    int64_t k = (int64_t)(((double)i + 0.5) * (double)n / (double)n2);
+    return k < n ? k : n - 1;
+}
+
 hsi_status hsi_quicklook_labels_png_legend(const char *path, const hsi_view *map, int n_classes,
                                            const char *const *names, const uint8_t *rgb,
                                            int legend)
+{
+    return hsi_quicklook_labels_png_sized(path, map, n_classes, names, rgb, legend, 0);
+}
+
+hsi_status hsi_quicklook_labels_png_sized(const char *path, const hsi_view *map, int n_classes,
+                                          const char *const *names, const uint8_t *rgb,
+                                          int legend, int64_t width)
 {
     hsi_status st = HSI_OK;
     int32_t *ids = NULL;
@@ -205,6 +236,9 @@ hsi_status hsi_quicklook_labels_png_legend(const char *path, const hsi_view *map
     counts = calloc((size_t)nc, sizeof *counts);
     if (!counts) goto nomem;
     for (int64_t i = 0; i < n; i++) counts[ids[i]]++;
+    /* the map at the asked size (the counts stay the file's) */
+    int64_t L0 = L, S0 = S;
+    HSI_TRY(sized(path, L0, S0, width, &L, &S));
 
     int scale = L >= 240 ? 2 : 1, n_show = 0, text_w = 0;
     for (int c = 0; c < nc; c++) {
@@ -224,7 +258,9 @@ hsi_status hsi_quicklook_labels_png_legend(const char *path, const hsi_view *map
     img = calloc((size_t)(W * H), 3);
     if (!img) goto nomem;
     for (int64_t y = 0; y < L; y++)
-        for (int64_t x = 0; x < S; x++) class_color(ids[y * S + x], n_classes, rgb, img + 3 * (y * W + x));
+        for (int64_t x = 0; x < S; x++)
+            class_color(ids[nn_src(y, L0, L) * S0 + nn_src(x, S0, S)], n_classes, rgb,
+                        img + 3 * (y * W + x));
     if (legend) {
         const uint8_t white[3] = {255, 255, 255}, grey[3] = {90, 90, 90}, black[3] = {0, 0, 0};
         fill_rect(img, W, H, S, 0, leg_w, H, white);
@@ -261,8 +297,14 @@ hsi_status hsi_quicklook_labels_png(const char *path, const hsi_view *map, int n
 
 hsi_status hsi_quicklook_labels(const char *path, const hsi_labels *l, int legend)
 {
-    return hsi_quicklook_labels_png_legend(path, &l->map, l->n_classes,
-                                           (const char *const *)l->names, l->colors, legend);
+    return hsi_quicklook_labels_sized(path, l, legend, 0);
+}
+
+hsi_status hsi_quicklook_labels_sized(const char *path, const hsi_labels *l, int legend,
+                                      int64_t width)
+{
+    return hsi_quicklook_labels_png_sized(path, &l->map, l->n_classes,
+                                          (const char *const *)l->names, l->colors, legend, width);
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -297,9 +339,15 @@ static int stretch_bounds(const float *p, const uint8_t *ok, int64_t n, double p
 hsi_status hsi_quicklook_rgb_png(const char *path, const hsi_view *cube, const int64_t band[3],
                                  double pct, const hsi_meta *meta)
 {
+    return hsi_quicklook_rgb_png_sized(path, cube, band, pct, meta, 0);
+}
+
+hsi_status hsi_quicklook_rgb_png_sized(const char *path, const hsi_view *cube, const int64_t band[3],
+                                       double pct, const hsi_meta *meta, int64_t width)
+{
     hsi_status st = HSI_OK;
     float *plane = NULL;
-    uint8_t *img = NULL, *ok = NULL;
+    uint8_t *img = NULL, *ok = NULL, *big = NULL;
     if (cube->ndim != 3 || hsi_dtype_is_complex(cube->dtype))
         return HSI_FAIL(HSI_ERR_ARG, "%s: quicklook needs a real (bands, lines, samples) view",
                         path);
@@ -339,10 +387,22 @@ hsi_status hsi_quicklook_rgb_png(const char *path, const hsi_view *cube, const i
             img[3 * i + k] = (uint8_t)lrint(t * 255.0);
         }
     }
-    st = hsi_gdal_write_png(path, img, L, S, 3);
+    int64_t L2, S2;
+    HSI_TRY(sized(path, L, S, width, &L2, &S2));
+    if (L2 != L || S2 != S) {
+        if (!(big = malloc((size_t)(L2 * S2) * 3))) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory (quicklook of %s)", path);
+            goto cleanup;
+        }
+        for (int64_t y = 0; y < L2; y++)
+            for (int64_t x = 0; x < S2; x++)
+                memcpy(big + 3 * (y * S2 + x), img + 3 * (nn_src(y, L, L2) * S + nn_src(x, S, S2)), 3);
+    }
+    st = hsi_gdal_write_png(path, big ? big : img, L2, S2, 3);
 cleanup:
     free(plane);
     free(ok);
     free(img);
+    free(big);
     return st;
 }

@@ -36,6 +36,18 @@ hsi_status hsi_quicklook_labels_png(const char *path, const hsi_view *map, int n
 /* A label map with its names and colours (legend != 0: with legend). */
 hsi_status hsi_quicklook_labels(const char *path, const hsi_labels *l, int legend);
 
+/* The same, the picture width pixels wide (0: the cube's own width), the
+ * aspect kept, nearest-neighbour (a zoom of K is width = K x samples; a
+ * width below the cube's shrinks it). Label pixel counts in the legend stay
+ * the file's. */
+hsi_status hsi_quicklook_rgb_png_sized(const char *path, const hsi_view *cube, const int64_t band[3],
+                                       double pct, const hsi_meta *meta, int64_t width);
+hsi_status hsi_quicklook_labels_png_sized(const char *path, const hsi_view *map, int n_classes,
+                                          const char *const *names, const uint8_t *rgb,
+                                          int legend, int64_t width);
+hsi_status hsi_quicklook_labels_sized(const char *path, const hsi_labels *l, int legend,
+                                      int64_t width);
+
 /* The colour of class id in the fixed palette used when a file has none
  * (0 = black). */
 void hsi_quicklook_palette(int id, uint8_t rgb[3]);

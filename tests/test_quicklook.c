@@ -63,6 +63,43 @@ static void test_labels(void)
                     0);
     CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
     CU_ASSERT(w == 6 && h == 4);
+    /* --zoom: K x K pixels per map pixel; the colours those of the map */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s --no-legend --zoom 3 --overwrite",
+                        png),
+                    0);
+    CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
+    CU_ASSERT(w == 18 && h == 12);
+}
+
+/* --zoom and --width: the picture's size, each zoomed pixel a copy of its
+ * source pixel (GDAL reads both pictures back). */
+static void test_zoom(void)
+{
+    char out[4096];
+    const char *a = hsi_test_tmp("z1.png"), *b = hsi_test_tmp("z4.png"), *c = hsi_test_tmp("zw.png");
+    int w = 0, h = 0, n = 0;
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 3,2,1", a), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 3,2,1 --zoom 4", b), 0);
+    CU_ASSERT_FATAL(png_size(b, &w, &h, &n));
+    CU_ASSERT(w == 24 && h == 20 && n == 3);
+    GDALDatasetH da = GDALOpen(a, GA_ReadOnly), db = GDALOpen(b, GA_ReadOnly);
+    CU_ASSERT_FATAL(da && db);
+    uint8_t pa[6 * 5 * 3], pb[24 * 20 * 3];
+    int bands[3] = {1, 2, 3};
+    CU_ASSERT_EQUAL(GDALDatasetRasterIO(da, GF_Read, 0, 0, 6, 5, pa, 6, 5, GDT_Byte, 3, bands, 3, 18, 1), CE_None);
+    CU_ASSERT_EQUAL(GDALDatasetRasterIO(db, GF_Read, 0, 0, 24, 20, pb, 24, 20, GDT_Byte, 3, bands, 3, 72, 1), CE_None);
+    int bad = 0;
+    for (int y = 0; y < 20; y++)
+        for (int x = 0; x < 24; x++)
+            bad += memcmp(pb + 3 * (y * 24 + x), pa + 3 * ((y / 4) * 6 + x / 4), 3) != 0;
+    CU_ASSERT_EQUAL(bad, 0);
+    GDALClose(da);
+    GDALClose(db);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --width 3", c), 0);
+    CU_ASSERT_FATAL(png_size(c, &w, &h, &n));
+    CU_ASSERT(w == 3 && h == 3); /* 5 lines x 3/6, rounded */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --zoom 2 --width 9 --overwrite", c), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --zoom 0 --overwrite", c), 2);
 }
 
 static void test_shared(void)
@@ -84,5 +121,6 @@ static void test_shared(void)
     CU_ASSERT(w > 86 && h >= 83);
 }
 
-HSI_SUITE(quicklook_cli, 0, {"false colour", test_cube}, {"label map + legend", test_labels})
+HSI_SUITE(quicklook_cli, 0, {"false colour", test_cube}, {"label map + legend", test_labels},
+          {"--zoom and --width", test_zoom})
 HSI_SUITE(quicklook_cli_shared, HSI_SUITE_NEEDS_SHARED, {"SalinasA cube and ground truth", test_shared})
