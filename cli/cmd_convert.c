@@ -86,7 +86,7 @@ cleanup:
 }
 
 static hsi_status convert_tif(const char *out, const hsi_cube *c, const int64_t *sel,
-                              int64_t n_sel, hsi_dtype dt)
+                              int64_t n_sel, hsi_dtype dt, const char *const *co)
 {
     hsi_status st = HSI_OK;
     hsi_view all;
@@ -99,7 +99,7 @@ static hsi_status convert_tif(const char *out, const hsi_cube *c, const int64_t 
     HSI_TRY(hsi_meta_select_bands(&m, sel, n_sel));
     HSI_TRY(hsi_view_alloc(&all, c->view.dtype, 3, shape, HSI_BUF_HOST));
     HSI_TRY(fill_tile(&all, &c->view, sel, n_sel, 0, L));
-    st = hsi_gdal_write_geotiff(out, &all, &m, dt);
+    st = hsi_gdal_write_geotiff_co(out, &all, &m, dt, co);
 cleanup:
     hsi_view_release(&all);
     hsi_meta_free(&m);
@@ -111,8 +111,9 @@ static int convert_run(int argc, char **argv)
     const char *in = NULL, *out = NULL, *bands = NULL;
     hsi_envi_write_options o;
     hsi_envi_write_options_init(&o);
-    int have_il = 0, have_bo = 0, overwrite = 0;
+    int have_il = 0, have_bo = 0, overwrite = 0, n_co = 0;
     hsi_open_options oo = {NULL, 0};
+    const char *co[33] = {NULL}; /* --co KEY=VALUE, NULL-terminated */
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (hsi_cli_opt(argc, argv, &i, "--interleave", &v)) {
@@ -136,6 +137,12 @@ static int convert_run(int argc, char **argv)
         } else if (hsi_cli_opt(argc, argv, &i, "--bands", &v)) {
             if (!v) return hsi_cli_usage_error("convert", "--bands needs a list like 1-20,35,40-");
             bands = v;
+        } else if (hsi_cli_opt(argc, argv, &i, "--co", &v)) {
+            if (!v || !strchr(v, '=') || *v == '=')
+                return hsi_cli_usage_error("convert", "--co expects KEY=VALUE (e.g. COMPRESS=ZSTD), got '%s'",
+                                           v ? v : "");
+            if (n_co == 32) return hsi_cli_usage_error("convert", "more than 32 --co options");
+            co[n_co++] = v;
         } else if (hsi_cli_opt(argc, argv, &i, "--var", &v)) {
             oo.var = v;
         } else if (!strcmp(argv[i], "--overwrite")) {
@@ -155,6 +162,8 @@ static int convert_run(int argc, char **argv)
     if (!tif && !ends_with(out, ".hdr"))
         return hsi_cli_usage_error("convert", "OUT must end in .hdr (ENVI) or .tif (GeoTIFF): '%s'",
                                    out);
+    if (!tif && n_co)
+        return hsi_cli_usage_error("convert", "--co is for GeoTIFF output (OUT.tif), not ENVI");
     if (tif && (have_il || have_bo))
         hsi_warn("--interleave/--byte-order do not apply to GeoTIFF output; ignored");
     hsi_cube c;
@@ -174,7 +183,7 @@ static int convert_run(int argc, char **argv)
         }
     }
     if (st == HSI_OK)
-        st = tif ? convert_tif(out, &c, sel, n_sel, o.dtype) : convert_envi(out, &c, sel, n_sel, &o);
+        st = tif ? convert_tif(out, &c, sel, n_sel, o.dtype, co) : convert_envi(out, &c, sel, n_sel, &o);
     int rc = HSI_EXIT_OK;
     if (st != HSI_OK) rc = hsi_cli_fail("convert", st);
     else
@@ -188,7 +197,8 @@ static int convert_run(int argc, char **argv)
 HSI_CLI_COMMAND(convert, {"convert", "convert a cube to ENVI (any layout/type) or GeoTIFF",
                           "usage: hsi convert IN OUT.hdr|OUT.tif [--interleave bsq|bil|bip]\n"
                           "                   [--dtype NAME] [--byte-order little|big]\n"
-                          "                   [--bands SPEC] [--var NAME] [--overwrite]\n"
+                          "                   [--bands SPEC] [--var NAME] [--co KEY=VALUE]...\n"
+                          "                   [--overwrite]\n"
                           "\n"
                           "Reads IN (ENVI, SPE, .mat, any GDAL raster) and writes OUT: ENVI when\n"
                           "it ends in .hdr (data file beside it without the .hdr), GeoTIFF when\n"
@@ -202,5 +212,10 @@ HSI_CLI_COMMAND(convert, {"convert", "convert a cube to ENVI (any layout/type) o
                           "                 integers are rounded and saturated\n"
                           "  --byte-order   little (default) or big\n"
                           "  --bands SPEC   1-based bands, e.g. 1-20,35,40- (metadata follows)\n"
-                          "  --var NAME     .mat variable or GDAL subdataset\n",
+                          "  --var NAME     .mat variable or GDAL subdataset\n"
+                          "  --co KEY=VALUE GeoTIFF creation option, as gdal_translate -co (repeat;\n"
+                          "                 default TILED=YES COMPRESS=DEFLATE INTERLEAVE=BAND);\n"
+                          "                 e.g. COMPRESS=ZSTD, PREDICTOR=2, BLOCKXSIZE=512; COG=YES\n"
+                          "                 writes a Cloud Optimized GeoTIFF (GDAL's COG driver,\n"
+                          "                 whose options then apply); unknown options are refused\n",
                           convert_run})

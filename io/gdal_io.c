@@ -52,7 +52,7 @@
     X(GDALGetRasterXSize) X(GDALGetRasterYSize) X(GDALOpenEx) X(GDALRasterIO) \
     X(GDALSetColorEntry) X(GDALSetDescription) X(GDALSetGeoTransform) X(GDALSetMetadataItem) \
     X(GDALSetProjection) X(GDALSetRasterCategoryNames) X(GDALSetRasterColorInterpretation) \
-    X(GDALSetRasterColorTable) X(GDALSetRasterNoDataValue) X(OSRClone) \
+    X(GDALSetRasterColorTable) X(GDALSetRasterNoDataValue) X(GDALValidateCreationOptions) X(OSRClone) \
     X(OSRDestroySpatialReference) X(OSRExportToWkt) X(OSRGetAttrValue) X(OSRGetUTMZone) \
     X(OSRImportFromESRI) X(OSRImportFromWkt) X(OSRIsGeographic) X(OSRMorphToESRI) \
     X(OSRNewSpatialReference) X(OSRSetFromUserInput) X(OSRSetUTM) X(OSRSetWellKnownGeogCS) \
@@ -116,6 +116,7 @@ static hsi_status need_gdal(const char *path, const char *task)
 #define GDALCreate (*p_GDALCreate)
 #define GDALCreateColorTable (*p_GDALCreateColorTable)
 #define GDALCreateCopy (*p_GDALCreateCopy)
+#define GDALValidateCreationOptions (*p_GDALValidateCreationOptions)
 #define GDALDestroyColorTable (*p_GDALDestroyColorTable)
 #define GDALGetBlockSize (*p_GDALGetBlockSize)
 #define GDALGetColorEntry (*p_GDALGetColorEntry)
@@ -699,9 +700,46 @@ cleanup:
 hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const hsi_meta *meta,
                                   hsi_dtype out_dtype)
 {
+    return hsi_gdal_write_geotiff_co(path, cube, meta, out_dtype, NULL);
+}
+
+/* "KEY=VALUE" entries onto opts (replacing a default of the same key);
+ * COG=YES/NO is hsi's own (*cog). */
+static hsi_status merge_co(char ***opts, const char *const *co, int *cog, const char *path)
+{
+    for (int i = 0; co && co[i]; i++) {
+        const char *eq = strchr(co[i], '=');
+        if (!eq || eq == co[i])
+            return HSI_FAIL(HSI_ERR_ARG, "%s: creation option '%s' is not KEY=VALUE", path, co[i]);
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - co[i]), co[i]);
+        if (!strcasecmp(key, "COG")) {
+            *cog = !strcasecmp(eq + 1, "YES") || !strcasecmp(eq + 1, "TRUE") || !strcmp(eq + 1, "1");
+            continue;
+        }
+        *opts = CSLSetNameValue(*opts, key, eq + 1);
+    }
+    return HSI_OK;
+}
+
+/* Refuses options the driver does not know or values it rejects (GDAL
+ * would only warn, and write something else than asked). */
+static hsi_status check_co(GDALDriverH drv, char **opts, const char *path, const char *drv_name)
+{
+    CPLErrorReset();
+    if (GDALValidateCreationOptions(drv, opts)) return HSI_OK;
+    return HSI_FAIL(HSI_ERR_ARG, "%s: the %s driver refuses the creation options (%s)", path,
+                    drv_name, gdal_why());
+}
+
+hsi_status hsi_gdal_write_geotiff_co(const char *path, const hsi_view *cube, const hsi_meta *meta,
+                                     hsi_dtype out_dtype, const char *const *co)
+{
     hsi_status st = HSI_OK;
-    GDALDatasetH ds = NULL;
-    hsi_atomic_file af = {0};
+    GDALDatasetH ds = NULL, cog_ds = NULL;
+    hsi_atomic_file af = {0}, src = {0};
+    char **opts = NULL, **cog_opts = NULL;
+    int cog = 0;
     if (cube->ndim != 3)
         return HSI_FAIL(HSI_ERR_ARG, "%s: GeoTIFF writer expects a (bands, lines, samples) view, "
                         "got %d dimensions", path, cube->ndim);
@@ -724,13 +762,40 @@ hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const 
         goto cleanup;
     }
     HSI_TRY(gdal_tmp_open(&af, path));
-    char **opts = NULL;
+    GDALDriverH cog_drv = NULL;
+    {
+        /* a COG is a GeoTIFF copied by the COG driver (tiles, overviews,
+         * layout): the options are the COG driver's then */
+        int want = 0;
+        HSI_TRY(merge_co(&cog_opts, co, &want, path));
+        cog = want;
+        if (cog) {
+            if (!(cog_drv = GDALGetDriverByName("COG"))) {
+                st = HSI_FAIL(HSI_ERR_UNSUPPORTED, "%s: this GDAL has no COG driver (GDAL >= 3.1)", path);
+                goto cleanup;
+            }
+            if (!CSLFetchNameValue(cog_opts, "COMPRESS")) cog_opts = CSLSetNameValue(cog_opts, "COMPRESS", "DEFLATE");
+            if (!CSLFetchNameValue(cog_opts, "BIGTIFF")) cog_opts = CSLSetNameValue(cog_opts, "BIGTIFF", "IF_SAFER");
+            HSI_TRY(check_co(cog_drv, cog_opts, path, "COG"));
+        }
+    }
     opts = CSLSetNameValue(opts, "TILED", "YES");
     opts = CSLSetNameValue(opts, "COMPRESS", "DEFLATE");
     opts = CSLSetNameValue(opts, "INTERLEAVE", "BAND");
     opts = CSLSetNameValue(opts, "BIGTIFF", "IF_SAFER");
-    ds = GDALCreate(drv, af.tmp_path, (int)S, (int)L, (int)B, to_gdt(dt), opts);
-    CSLDestroy(opts);
+    if (!cog) {
+        HSI_TRY(merge_co(&opts, co, &cog, path));
+        HSI_TRY(check_co(drv, opts, path, "GTiff"));
+    }
+    /* a COG: the plain GeoTIFF first, beside, under a temporary name */
+    const char *target = af.tmp_path;
+    if (cog) {
+        char sp[4200];
+        snprintf(sp, sizeof sp, "%s.src.tif", path);
+        HSI_TRY(gdal_tmp_open(&src, sp));
+        target = src.tmp_path;
+    }
+    ds = GDALCreate(drv, target, (int)S, (int)L, (int)B, to_gdt(dt), opts);
     if (!ds) {
         st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL cannot create the GeoTIFF (%s)", path, gdal_why());
         goto cleanup;
@@ -753,6 +818,15 @@ hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const 
         if (meta && meta->has_ignore_value) GDALSetRasterNoDataValue(band, meta->ignore_value);
         HSI_TRY(write_band(band, cube, b, dt, path));
     }
+    if (cog) {
+        cog_ds = GDALCreateCopy(cog_drv, af.tmp_path, ds, FALSE, cog_opts, NULL, NULL);
+        if (!cog_ds) {
+            st = HSI_FAIL(HSI_ERR_IO, "%s: GDAL cannot write the COG (%s)", path, gdal_why());
+            goto cleanup;
+        }
+        GDALClose(cog_ds);
+        cog_ds = NULL;
+    }
     GDALClose(ds);
     ds = NULL;
     if (CPLGetLastErrorType() >= CE_Failure) {
@@ -761,8 +835,12 @@ hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const 
     }
     st = gdal_tmp_commit(&af, 1);
 cleanup:
+    if (cog_ds) GDALClose(cog_ds);
     if (ds) GDALClose(ds);
-    gdal_tmp_drop(&af); /* nothing left to drop after a commit */
+    CSLDestroy(opts);
+    CSLDestroy(cog_opts);
+    gdal_tmp_drop(&src); /* the COG's source: never kept */
+    gdal_tmp_drop(&af);  /* nothing left to drop after a commit */
     quiet_end();
     return st;
 }

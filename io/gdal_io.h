@@ -41,6 +41,14 @@ hsi_status hsi_meta_crs_wkt(char **wkt, const hsi_meta *m);
  * and nodata from the ignore value. Written to a temporary name and renamed. */
 hsi_status hsi_gdal_write_geotiff(const char *path, const hsi_view *cube, const hsi_meta *meta,
                                   hsi_dtype out_dtype);
+/* The same with GDAL creation options co (NULL-terminated "KEY=VALUE", as
+ * gdal_translate -co; may be NULL): they replace the defaults above (e.g.
+ * COMPRESS=ZSTD, PREDICTOR=2, BLOCKXSIZE=512); options or values the driver
+ * does not accept are refused. COG=YES writes a Cloud Optimized GeoTIFF
+ * through GDAL's COG driver, the other options then being the COG
+ * driver's (COMPRESS, BLOCKSIZE, OVERVIEWS...). */
+hsi_status hsi_gdal_write_geotiff_co(const char *path, const hsi_view *cube, const hsi_meta *meta,
+                                     hsi_dtype out_dtype, const char *const *co);
 
 /* Writes a classification map: map is (lines, samples), integer values in
  * 0..65535 (uint8 file when all < 256, else uint16); n_classes names (may be

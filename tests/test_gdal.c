@@ -343,9 +343,59 @@ static void test_dispatch(void)
     HSI_CHECK_FAILS(hsi_cube_open(&c, p, NULL), HSI_ERR_FORMAT, "GDAL cannot open it");
 }
 
+/* convert --co: GDAL reads back the compression, predictor and layout
+ * asked for, the values unchanged; bad options are refused, nothing written. */
+static void test_creation_options(void)
+{
+    char out[8192];
+    const char *z = hsi_test_tmp("co_zstd.tif"), *c = hsi_test_tmp("co_cog.tif"), *y = hsi_test_tmp("co_bad.tif");
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " convert data_samples/scene.hdr %s --co COMPRESS=ZSTD --co PREDICTOR=2 --co BLOCKXSIZE=32 --co BLOCKYSIZE=32", z), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " convert data_samples/scene.hdr %s --co COG=YES --co COMPRESS=LZW", c), 0);
+    GDALAllRegister();
+    hsi_cube src;
+    HSI_CHECK_OK(hsi_cube_open(&src, "data_samples/scene.hdr", NULL));
+    const char *files[2] = {z, c}, *comp[2] = {"ZSTD", "LZW"};
+    for (int f = 0; f < 2; f++) {
+        GDALDatasetH ds = GDALOpen(files[f], GA_ReadOnly);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(ds);
+        const char *cm = GDALGetMetadataItem(ds, "COMPRESSION", "IMAGE_STRUCTURE");
+        CU_ASSERT(cm && !strcmp(cm, comp[f]));
+        if (f == 0) {
+            const char *p = GDALGetMetadataItem(ds, "PREDICTOR", "IMAGE_STRUCTURE");
+            CU_ASSERT(p && !strcmp(p, "2"));
+            int bx = 0, by = 0;
+            GDALGetBlockSize(GDALGetRasterBand(ds, 1), &bx, &by);
+            CU_ASSERT(bx == 32 && by == 32);
+        } else {
+            const char *l = GDALGetMetadataItem(ds, "LAYOUT", "IMAGE_STRUCTURE");
+            CU_ASSERT(l && !strcmp(l, "COG"));
+        }
+        CU_ASSERT_EQUAL(GDALGetRasterCount(ds), 128);
+        /* band 7, every pixel, against the source */
+        uint16_t a[96 * 96];
+        CU_ASSERT_EQUAL(GDALRasterIO(GDALGetRasterBand(ds, 7), GF_Read, 0, 0, 96, 96, a, 96, 96, GDT_UInt16, 0, 0), CE_None);
+        int bad = 0;
+        for (int64_t yy = 0; yy < 96; yy++)
+            for (int64_t xx = 0; xx < 96; xx++) {
+                int64_t idx[3] = {6, yy, xx};
+                bad += hsi_view_get_f64(&src.view, idx) != a[yy * 96 + xx];
+            }
+        CU_ASSERT_EQUAL(bad, 0);
+        GDALClose(ds);
+    }
+    hsi_cube_free(&src);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert data_samples/scene.hdr %s --co FOO=1", y), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "FOO"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert data_samples/scene.hdr %s --co COMPRESS=BOGUS", y), 1);
+    CU_ASSERT_EQUAL(access(y, F_OK), -1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert data_samples/scene.hdr %s.hdr --co COMPRESS=LZW", y), 2);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert data_samples/scene.hdr %s --co NOEQUALS", y), 2);
+}
+
 HSI_SUITE(gdal, 0, {"read GeoTIFF (GDAL-written)", test_read_geotiff},
           {"ENVI map info -> GeoTIFF geotransform/CRS", test_envi_to_geotiff},
           {"map info rotation -> geotransform (GDAL)", test_rotation},
           {"classification GeoTIFF", test_write_classes}, {"PNG", test_png},
           {"quicklook PNGs (cube, label map + legend)", test_quicklook},
-          {"NetCDF subdatasets", test_subdatasets}, {"open by content", test_dispatch})
+          {"NetCDF subdatasets", test_subdatasets}, {"open by content", test_dispatch},
+          {"convert --co: creation options and COG", test_creation_options})
