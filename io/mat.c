@@ -1093,6 +1093,7 @@ static hsi_status mark_classification(hsi_meta *m, const hsi_view *v)
 {
     double vmax = 0;
     int64_t idx[3] = {0, 0, 0};
+    if (v->shape[1] == 0 || v->shape[2] == 0) return HSI_OK; /* no pixels (a lines loop of 2^30 empty rows) */
     for (idx[1] = 0; idx[1] < v->shape[1]; idx[1]++)
         for (idx[2] = 0; idx[2] < v->shape[2]; idx[2]++) {
             double x = hsi_view_get_f64(v, idx);
