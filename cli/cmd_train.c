@@ -424,7 +424,7 @@ static int eval_run(int argc, char **argv)
                                           "the training split's training pixels (not an honest figure)"};
     if (!as_json) {
         printf("scored: %s (%lld pixels)\n", on_text[on], (long long)mt.n);
-        hsi_metrics_print(&mt, stdout, (const char *const *)run.names, 1);
+        hsi_metrics_print(&mt, stdout, (const char *const *)run.names, run.label_ids, 1);
     }
     if (json || as_json) {
         cJSON *j = hsi_run_metrics_json(&run, &mt, on, unknown);

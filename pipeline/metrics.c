@@ -161,23 +161,26 @@ cleanup:
 }
 
 void hsi_metrics_print(const hsi_metrics *m, FILE *fp, const char *const *names,
-                       int with_confusion)
+                       const int64_t *label_ids, int with_confusion)
 {
     int K = m->n_classes;
-    fprintf(fp, "%5s  %-20s %8s %8s %9s %8s\n", "class", "name", "support", "recall",
+    /* classes as the label files number them (their label values) */
+#define ID(k) (label_ids ? (long long)label_ids[k] : (long long)(k))
+    fprintf(fp, "%5s  %-20s %8s %8s %9s %8s\n", "label", "name", "support", "recall",
             "precision", "f1");
     for (int k = 0; k < K; k++)
-        fprintf(fp, "%5d  %-20.20s %8lld %8.4f %9.4f %8.4f\n", k, names && names[k] ? names[k] : "",
+        fprintf(fp, "%5lld  %-20.20s %8lld %8.4f %9.4f %8.4f\n", ID(k), names && names[k] ? names[k] : "",
                 (long long)m->support[k], m->recall[k], m->precision[k], m->f1[k]);
     fprintf(fp, "OA %.4f  AA %.4f  kappa %.4f  (n = %lld)\n", m->oa, m->aa, m->kappa,
             (long long)m->n);
     if (!with_confusion) return;
-    fprintf(fp, "confusion (rows: true, columns: predicted)\n%5s", "");
-    for (int j = 0; j < K; j++) fprintf(fp, " %7d", j);
+    fprintf(fp, "confusion (rows: true label, columns: predicted label)\n%5s", "");
+    for (int j = 0; j < K; j++) fprintf(fp, " %7lld", ID(j));
     fputc('\n', fp);
     for (int k = 0; k < K; k++) {
-        fprintf(fp, "%5d", k);
+        fprintf(fp, "%5lld", ID(k));
         for (int j = 0; j < K; j++) fprintf(fp, " %7lld", (long long)m->confusion[(int64_t)k * K + j]);
         fputc('\n', fp);
     }
+#undef ID
 }

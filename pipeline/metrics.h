@@ -54,10 +54,11 @@ struct cJSON *hsi_metrics_json(const hsi_metrics *m, const char *const *names,
                                const int64_t *label_ids);
 hsi_status hsi_metrics_save_json(const hsi_metrics *m, const char *path, const char *const *names,
                                  const int64_t *label_ids);
-/* Table: per class support, recall, precision, F1; then OA, AA, kappa;
- * with_confusion adds the confusion matrix. */
+/* Table: per class (by its label value from label_ids, or its index when
+ * NULL) support, recall, precision, F1; then OA, AA, kappa; with_confusion
+ * adds the confusion matrix. */
 void hsi_metrics_print(const hsi_metrics *m, FILE *fp, const char *const *names,
-                       int with_confusion);
+                       const int64_t *label_ids, int with_confusion);
 
 #ifdef __cplusplus
 }

@@ -125,9 +125,10 @@ static void print_split(const void *obj, FILE *fp, const void *names, int flag)
     hsi_split_print(obj, fp, names);
 }
 
-static void print_metrics(const void *obj, FILE *fp, const void *names, int with_confusion)
+static void print_metrics(const void *obj, FILE *fp, const void *run, int with_confusion)
 {
-    hsi_metrics_print(obj, fp, names, with_confusion);
+    const hsi_run *r = run;
+    hsi_metrics_print(obj, fp, (const char *const *)r->names, r->label_ids, with_confusion);
 }
 
 static char *print_to_string(print_fn fn, const void *obj, const void *arg, int flag)
@@ -914,8 +915,8 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
     t->res.n_val = t->sp.n[HSI_ROLE_VAL];
     t->res.n_test = nt;
     {
-        char *table = print_to_string(print_metrics, &mt, r->names, 0);
-        char *full = print_to_string(print_metrics, &mt, r->names, 1);
+        char *table = print_to_string(print_metrics, &mt, r, 0);
+        char *full = print_to_string(print_metrics, &mt, r, 1);
         hsi_train_event ev = {.kind = HSI_TRAIN_EV_DONE};
         if (table && full) emit(t, &ev, table, full);
         free(table);

@@ -160,9 +160,11 @@ static void test_json_table(void)
     char *buf = NULL;
     size_t blen = 0;
     FILE *fp = open_memstream(&buf, &blen);
-    hsi_metrics_print(&m, fp, names, 1);
+    hsi_metrics_print(&m, fp, names, ids, 1);
     fclose(fp);
-    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "    1  grass                       2   1.0000    0.6667   0.8000"));
+    /* classes by their label values, in the table and the confusion matrix */
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "    5  grass                       2   1.0000    0.6667   0.8000"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "            2       5       9\n    2       1       1       0"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "OA 0.6667  AA 0.6667"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "rows: true"));
     free(buf);
