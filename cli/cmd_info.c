@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "io/cube.h"
 #include "io/envi.h"
+#include "io/gdal_io.h"
 #include "io/labels.h"
 
 static void print_range_list(FILE *fp, const int *bbl, int64_t n)
@@ -177,6 +178,24 @@ static cJSON *meta_json(const hsi_meta *m, const hsi_cube *c)
         cJSON_AddStringToObject(mj, "datum", mi->datum);
         cJSON_AddStringToObject(mj, "units", mi->units);
         cJSON_AddNumberToObject(mj, "rotation", mi->rotation);
+    }
+    double gt[6];
+    if (hsi_meta_geotransform(m, gt)) { /* as gdalinfo -json / rio info give them */
+        cJSON_AddItemToObject(o, "geotransform", cJSON_CreateDoubleArray(gt, 6));
+        double lo_x = INFINITY, hi_x = -INFINITY, lo_y = INFINITY, hi_y = -INFINITY;
+        for (int k = 0; k < 4; k++) { /* the four corners of the raster */
+            double px = (k & 1) ? (double)m->n_samples : 0, py = (k & 2) ? (double)m->n_lines : 0;
+            double x = gt[0] + px * gt[1] + py * gt[2], y = gt[3] + px * gt[4] + py * gt[5];
+            lo_x = fmin(lo_x, x), hi_x = fmax(hi_x, x), lo_y = fmin(lo_y, y), hi_y = fmax(hi_y, y);
+        }
+        cJSON *b = cJSON_AddObjectToObject(o, "bounds");
+        cJSON_AddNumberToObject(b, "left", lo_x);
+        cJSON_AddNumberToObject(b, "bottom", lo_y);
+        cJSON_AddNumberToObject(b, "right", hi_x);
+        cJSON_AddNumberToObject(b, "top", hi_y);
+        int epsg = hsi_meta_epsg(m);
+        if (epsg) cJSON_AddNumberToObject(o, "epsg", epsg);
+        else cJSON_AddNullToObject(o, "epsg");
     }
     if (m->coordinate_system) cJSON_AddStringToObject(o, "crs", m->coordinate_system);
     if (m->description) cJSON_AddStringToObject(o, "description", m->description);

@@ -238,6 +238,22 @@ int hsi_meta_geotransform(const hsi_meta *m, double gt[6])
     return 1;
 }
 
+int hsi_meta_epsg(const hsi_meta *m)
+{
+    if (!m || !m->map_info.valid) return 0;
+    const hsi_map_info *mi = &m->map_info;
+    const char *d = mi->datum;
+    int wgs84 = !strcasecmp(d, "WGS-84") || !strcasecmp(d, "WGS84");
+    int nad83 = !strcasecmp(d, "North America 1983") || !strcasecmp(d, "NAD83");
+    if (!strcasecmp(mi->projection, "UTM") && mi->zone >= 1 && mi->zone <= 60) {
+        if (wgs84) return (mi->north ? 32600 : 32700) + mi->zone;
+        if (nad83 && mi->north && mi->zone <= 23) return 26900 + mi->zone;
+        return 0;
+    }
+    if (!strcasecmp(mi->projection, "Geographic Lat/Lon") && wgs84) return 4326;
+    return 0;
+}
+
 hsi_status hsi_meta_crs_wkt(char **wkt, const hsi_meta *m)
 {
     *wkt = NULL;

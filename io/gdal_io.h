@@ -30,6 +30,10 @@ hsi_status hsi_gdal_open(hsi_cube *out, const char *path, const char *var);
 /* GDAL geotransform from ENVI map info (tie point, pixel size, rotation).
  * Returns 1 when meta has usable map info, else 0. */
 int hsi_meta_geotransform(const hsi_meta *m, double gt[6]);
+/* The EPSG code of an ENVI map info that names one without doubt (UTM on
+ * WGS-84: 326zz/327zz; UTM on NAD83, north: 269zz; geographic WGS-84: 4326);
+ * 0 otherwise (the CRS may still be known, as WKT). Never loads GDAL. */
+int hsi_meta_epsg(const hsi_meta *m);
 /* CRS as OGC WKT from coordinate_system (ESRI WKT) or, failing that, from a
  * UTM / Geographic map info. *wkt is malloc'd, NULL when unknown. */
 hsi_status hsi_meta_crs_wkt(char **wkt, const hsi_meta *m);

@@ -4,6 +4,8 @@
  * GeoTIFF colour table/categories, PNG size and pixels, content dispatch. */
 #include "test.h"
 
+#include <cJSON.h>
+
 #include <cpl_error.h>
 #include <gdal.h>
 #include <ogr_srs_api.h>
@@ -343,6 +345,34 @@ static void test_dispatch(void)
     HSI_CHECK_FAILS(hsi_cube_open(&c, p, NULL), HSI_ERR_FORMAT, "GDAL cannot open it");
 }
 
+/* info --json: the geotransform GDAL reads from the same header, the
+ * bounds from its corners, the EPSG code GDAL's own script wrote down. */
+static void test_info_georef(void)
+{
+    double want[6];
+    int epsg = 0;
+    CU_ASSERT_FATAL(read_expected(want, &epsg));
+    char out[1 << 15];
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, "{ " HSI_BIN " info " FIX "geo_envi.hdr --json 2>/dev/null; }"), 0);
+    cJSON *j = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    cJSON *g = cJSON_GetObjectItem(j, "geotransform");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(g), 6);
+    for (int k = 0; k < 6; k++) HSI_ASSERT_NEAR(cJSON_GetArrayItem(g, k)->valuedouble, want[k], 1e-9);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "epsg")->valueint, epsg);
+    GDALAllRegister();
+    GDALDatasetH ds = GDALOpen(FIX "geo_envi.img", GA_ReadOnly); /* GDAL opens ENVI by its data */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ds);
+    double W = GDALGetRasterXSize(ds), H = GDALGetRasterYSize(ds);
+    GDALClose(ds);
+    cJSON *b = cJSON_GetObjectItem(j, "bounds");
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(b, "left")->valuedouble, want[0], 1e-6);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(b, "top")->valuedouble, want[3], 1e-6);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(b, "right")->valuedouble, want[0] + W * want[1], 1e-6);
+    HSI_ASSERT_NEAR(cJSON_GetObjectItem(b, "bottom")->valuedouble, want[3] + H * want[5], 1e-6);
+    cJSON_Delete(j);
+}
+
 /* convert --co: GDAL reads back the compression, predictor and layout
  * asked for, the values unchanged; bad options are refused, nothing written. */
 static void test_creation_options(void)
@@ -398,4 +428,5 @@ HSI_SUITE(gdal, 0, {"read GeoTIFF (GDAL-written)", test_read_geotiff},
           {"classification GeoTIFF", test_write_classes}, {"PNG", test_png},
           {"quicklook PNGs (cube, label map + legend)", test_quicklook},
           {"NetCDF subdatasets", test_subdatasets}, {"open by content", test_dispatch},
-          {"convert --co: creation options and COG", test_creation_options})
+          {"convert --co: creation options and COG", test_creation_options},
+          {"info --json: geotransform, bounds, EPSG", test_info_georef})
