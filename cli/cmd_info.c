@@ -58,6 +58,22 @@ static void print_text(const hsi_meta *m, const hsi_cube *c, FILE *fp)
                 (long long)m->n_bands, m->fwhm ? ", fwhm given" : "");
         if (!m->wavelength_nm && m->wavelength_units)
             fprintf(fp, "               units '%s' not convertible to nm\n", m->wavelength_units);
+    } else if (hsi_meta_find(m, "sample wavelength")) {
+        /* an SPE calibration: a wavelength per sample (the spectrometer's
+         * x axis), not per band (frames) */
+        const hsi_kv *kv = hsi_meta_find(m, "sample wavelength"), *u = hsi_meta_find(m, "sample wavelength units");
+        double lo = INFINITY, hi = -INFINITY;
+        int64_t n = 0;
+        for (const char *p = kv->value; *p;) {
+            char *end;
+            double x = strtod(p, &end);
+            if (end == p) break;
+            lo = fmin(lo, x), hi = fmax(hi, x), n++;
+            p = end;
+            while (*p == ',' || *p == ' ') p++;
+        }
+        fprintf(fp, "wavelengths:   per sample (SPE calibration): %.2f - %.2f %s (%lld values); "
+                    "none per band\n", lo, hi, u ? u->value : "", (long long)n);
     } else {
         fprintf(fp, "wavelengths:   none\n");
     }
@@ -178,6 +194,28 @@ static cJSON *meta_json(const hsi_meta *m, const hsi_cube *c)
         cJSON_AddStringToObject(mj, "datum", mi->datum);
         cJSON_AddStringToObject(mj, "units", mi->units);
         cJSON_AddNumberToObject(mj, "rotation", mi->rotation);
+    }
+    const hsi_kv *fr = m->format && !strcmp(m->format, "spe") ? hsi_meta_find(m, "frames") : NULL;
+    if (fr) { /* SPE: frames and regions typed (the keys keep the text) */
+        cJSON_AddNumberToObject(o, "frames", atof(fr->value));
+        cJSON *ra = cJSON_AddArrayToObject(o, "rois");
+        for (int r = 0;; r++) {
+            char key[32];
+            snprintf(key, sizeof key, "roi %d", r);
+            const hsi_kv *kv = hsi_meta_find(m, key);
+            long long w, h, x, y, bx, by;
+            if (!kv || sscanf(kv->value, "%lld, %lld, x %lld, y %lld, binning %lld, %lld", &w, &h, &x, &y,
+                              &bx, &by) != 6)
+                break;
+            cJSON *rj = cJSON_CreateObject();
+            cJSON_AddNumberToObject(rj, "width", (double)w);
+            cJSON_AddNumberToObject(rj, "height", (double)h);
+            cJSON_AddNumberToObject(rj, "x", (double)x);
+            cJSON_AddNumberToObject(rj, "y", (double)y);
+            cJSON_AddNumberToObject(rj, "x_binning", (double)bx);
+            cJSON_AddNumberToObject(rj, "y_binning", (double)by);
+            cJSON_AddItemToArray(ra, rj);
+        }
     }
     double gt[6];
     if (hsi_meta_geotransform(m, gt)) { /* as gdalinfo -json / rio info give them */

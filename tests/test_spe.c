@@ -3,6 +3,8 @@
  * dimensions, dtype, checksums, wavelengths, exposure; plus malformed files. */
 #include "test.h"
 
+#include <cJSON.h>
+
 #include "io/cube.h"
 #include "io/spe.h"
 
@@ -459,9 +461,43 @@ static void test_footer_inside_header(void)
     free(v3);
 }
 
+/* info --json: frames and regions typed, as the parser read them; the text
+ * form names the per-sample calibration instead of "none". */
+static void test_info_typed(void)
+{
+    size_t n = 0;
+    uint8_t *raw = slurp(FIX "synth_v3_meta.spe", &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
+    hsi_spe_info s;
+    HSI_CHECK_OK(hsi_spe_parse(&s, raw, n, "synth_v3_meta.spe", 1));
+    static char out[1 << 16];
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, "{ " HSI_BIN " info " FIX "synth_v3_meta.spe --json 2>/dev/null; }"), 0);
+    cJSON *j = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "frames")->valueint, s.n_frames);
+    cJSON *ra = cJSON_GetObjectItem(j, "rois");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(ra), s.n_rois);
+    for (int r = 0; r < s.n_rois; r++) {
+        cJSON *q = cJSON_GetArrayItem(ra, r);
+        CU_ASSERT_EQUAL(cJSON_GetObjectItem(q, "width")->valueint, s.rois[r].width);
+        CU_ASSERT_EQUAL(cJSON_GetObjectItem(q, "height")->valueint, s.rois[r].height);
+        CU_ASSERT_EQUAL(cJSON_GetObjectItem(q, "x")->valueint, s.rois[r].x);
+        CU_ASSERT_EQUAL(cJSON_GetObjectItem(q, "y")->valueint, s.rois[r].y);
+        CU_ASSERT_EQUAL(cJSON_GetObjectItem(q, "x_binning")->valueint, s.rois[r].x_binning);
+        CU_ASSERT_EQUAL(cJSON_GetObjectItem(q, "y_binning")->valueint, s.rois[r].y_binning);
+    }
+    int calibrated = s.rois[0].wavelength != NULL;
+    cJSON_Delete(j);
+    hsi_spe_info_free(&s);
+    free(raw);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " info " FIX "synth_v3_meta.spe"), 0);
+    if (calibrated) CU_ASSERT_PTR_NOT_NULL(strstr(out, "per sample (SPE calibration)"));
+}
+
 HSI_SUITE(spe, 0, {"synthetic 2.x/3.0 files vs numpy reader", test_synthetic},
           {"3.0 frame stride, ROI offsets, metadata", test_v3_layout},
           {"pixel numbering base", test_pixel_base}, {"malformed files", test_malformed},
           {"unusable calibrations warned, none kept", test_bad_calibration},
-          {"3.0 footer offset inside the header", test_footer_inside_header})
+          {"3.0 footer offset inside the header", test_footer_inside_header},
+          {"info --json: typed frames and regions", test_info_typed})
 HSI_SUITE(spe_shared, HSI_SUITE_NEEDS_SHARED, {"16 real SPE files vs numpy reader", test_real_files})
