@@ -314,6 +314,12 @@ static void roi_wavelengths(hsi_spe_info *s, int k, const double *wl, int64_t n_
         goto cleanup;                                                          \
     } while (0)
 
+static void xml_silent(void *ctx, const char *fmt, ...)
+{
+    (void)ctx;
+    (void)fmt;
+}
+
 static hsi_status parse_footer(hsi_spe_info *s, const char *name, int64_t data_end)
 {
     hsi_status st = HSI_OK;
@@ -330,8 +336,13 @@ static hsi_status parse_footer(hsi_spe_info *s, const char *name, int64_t data_e
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory (XML parser)");
         goto cleanup;
     }
+    /* libxml2's encoding layer reports through the generic handler even
+     * with NOERROR: silence it (per thread) so that nothing reaches stderr;
+     * the error still comes back through the context */
+    xmlSetGenericErrorFunc(NULL, xml_silent);
     doc = xmlCtxtReadMemory(ctx, s->xml, (int)s->xml_len, NULL, NULL,
                             XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    xmlSetGenericErrorFunc(NULL, NULL);
     if (!doc) {
         const xmlError *e = xmlCtxtGetLastError(ctx);
         char msg[160] = "unknown error";

@@ -1,6 +1,9 @@
 /* test_spe.c — Princeton SPE 2.x/3.0 reader against the independent numpy
  * reader of tests/fixtures/make_formats_fixtures.py (spe_expected.txt):
  * dimensions, dtype, checksums, wavelengths, exposure; plus malformed files. */
+#define _GNU_SOURCE /* memmem */
+#include <string.h>
+
 #include "test.h"
 
 #include <cJSON.h>
@@ -494,10 +497,37 @@ static void test_info_typed(void)
     if (calibrated) CU_ASSERT_PTR_NOT_NULL(strstr(out, "per sample (SPE calibration)"));
 }
 
+/* An XML footer in an encoding it does not hold: libxml2 reports through
+ * its generic handler even with NOERROR; nothing of it reaches stderr
+ * (the library prints nothing but its own warnings). */
+static void test_xml_encoding_quiet(void)
+{
+    size_t n = 0;
+    uint8_t *raw = slurp(FIX "synth_v3_meta.spe", &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
+    const char *decl = "<?xml version=\"1.0\" encoding=\"utf-8\"?>", *bad = "<?xml version=\"1.0\" encoding=\"ISO-2022-JP\"?>";
+    uint8_t *x = memmem(raw, n, decl, strlen(decl));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+    const char *path = hsi_test_tmp("enc.spe");
+    FILE *fp = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    fwrite(raw, 1, (size_t)(x - raw), fp);
+    fputs(bad, fp);
+    fwrite(x + strlen(decl), 1, n - (size_t)(x - raw) - strlen(decl), fp);
+    fwrite("\x1b\x24\x42\xff\xfe", 1, 5, fp);
+    fclose(fp);
+    free(raw);
+    static char out[1 << 15];
+    hsi_test_run(out, sizeof out, HSI_BIN " info %s", path);
+    CU_ASSERT_PTR_NULL(strstr(out, "encoding error"));
+    CU_ASSERT_PTR_NULL(strstr(out, "I/O error"));
+}
+
 HSI_SUITE(spe, 0, {"synthetic 2.x/3.0 files vs numpy reader", test_synthetic},
           {"3.0 frame stride, ROI offsets, metadata", test_v3_layout},
           {"pixel numbering base", test_pixel_base}, {"malformed files", test_malformed},
           {"unusable calibrations warned, none kept", test_bad_calibration},
           {"3.0 footer offset inside the header", test_footer_inside_header},
-          {"info --json: typed frames and regions", test_info_typed})
+          {"info --json: typed frames and regions", test_info_typed},
+          {"libxml2's encoding errors do not reach stderr", test_xml_encoding_quiet})
 HSI_SUITE(spe_shared, HSI_SUITE_NEEDS_SHARED, {"16 real SPE files vs numpy reader", test_real_files})
