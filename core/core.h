@@ -268,6 +268,8 @@ hsi_status hsi_atomic_pair_check(const char *hdr_path);
  * or if its writer is still alive). hsi_atomic_open of a .hdr calls it. */
 void hsi_atomic_pair_recover(const char *hdr_path);
 void hsi_tmp_cleanup_on_signals(void);
+/* fsync of the folder holding path (a rename in it made durable). */
+void hsi_sync_parent_dir(const char *path);
 /* Test hook: HSI_FAULT=<point> kills the process with SIGKILL at <point>;
  * HSI_FAULT=<point>:eio returns 1 there with errno = EIO (the step fails);
  * HSI_FAULT=<point>:term sends the process SIGTERM there.

@@ -336,7 +336,7 @@ static hsi_status atomic_flush(hsi_atomic_file *af)
     return HSI_OK;
 }
 
-static void sync_dir_of(const char *path)
+void hsi_sync_parent_dir(const char *path)
 {
     char dir[PATH_MAX];
     const char *base;
@@ -366,7 +366,7 @@ hsi_status hsi_atomic_commit(hsi_atomic_file *af)
                           af->final_path, strerror(errno));
         } else {
             atomic_done(af);
-            sync_dir_of(af->final_path);
+            hsi_sync_parent_dir(af->final_path);
         }
     }
     hsi_atomic_abort(af);
@@ -490,7 +490,7 @@ void hsi_atomic_pair_recover(const char *hdr_path)
     }
     if (m.backup[0]) unlink(m.backup);
     unlink(mp);
-    sync_dir_of(hdr_path);
+    hsi_sync_parent_dir(hdr_path);
 }
 
 hsi_status hsi_atomic_pair_check(const char *hdr_path)
@@ -577,7 +577,7 @@ hsi_status hsi_atomic_commit_pair(hsi_atomic_file *data, hsi_atomic_file *hdr)
 cleanup:
     if (have_backup) unlink(backup);
     if (have_marker) unlink(mp);
-    if (st == HSI_OK) sync_dir_of(hdr->final_path);
+    if (st == HSI_OK) hsi_sync_parent_dir(hdr->final_path);
     hsi_atomic_abort(data);
     hsi_atomic_abort(hdr);
     return st;

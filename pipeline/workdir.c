@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "pipeline/workdir.h"
 
+#include "pipeline/run_internal.h" /* hsi_run_path */
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -32,17 +34,9 @@ static int is_run_file(const char *name)
     return strstr(name, ".hsi-tmp-") || strstr(name, ".hsi-old-") || strstr(name, ".hsi-pair");
 }
 
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 static int has(const char *dir, const char *name)
 {
-    char *p = join(dir, name);
+    char *p = hsi_run_path(dir, name);
     int r = p && access(p, F_OK) == 0;
     free(p);
     return r;
@@ -80,7 +74,7 @@ static void remove_run(const char *dir)
     struct dirent *e;
     while ((e = readdir(d))) {
         if (!is_run_file(e->d_name)) continue;
-        char *p = join(dir, e->d_name);
+        char *p = hsi_run_path(dir, e->d_name);
         if (p) unlink(p);
         free(p);
     }
@@ -115,7 +109,7 @@ hsi_status hsi_make_dirs(const char *dir)
 /* Locks work/.hsi-lock: a live run holds it. Returns the fd or -1. */
 static int lock_work(const char *work, int create)
 {
-    char *p = join(work, ".hsi-lock");
+    char *p = hsi_run_path(work, ".hsi-lock");
     if (!p) return -1;
     int fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0644);
     free(p);
@@ -148,7 +142,7 @@ static hsi_status find_interrupted(const char *final, char **out, int *fd, int r
         if (strncmp(e->d_name, base, bn) || strncmp(e->d_name + bn, ".hsi-tmp-", 9) ||
             strlen(e->d_name + bn + 9) != 6)
             continue;
-        char *w = join(dir, e->d_name);
+        char *w = hsi_run_path(dir, e->d_name);
         struct stat sb;
         if (!w || lstat(w, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
             free(w);
@@ -159,7 +153,7 @@ static hsi_status find_interrupted(const char *final, char **out, int *fd, int r
             free(w);
             continue;
         }
-        char *state = join(w, "train_state.safetensors");
+        char *state = hsi_run_path(w, "train_state.safetensors");
         struct stat ss;
         int resumable = state && stat(state, &ss) == 0;
         free(state);
@@ -273,23 +267,10 @@ nomem:
     goto cleanup;
 }
 
-static void sync_parent(const char *path)
-{
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    else snprintf(dir, sizeof dir, ".");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 hsi_status hsi_workdir_commit(hsi_workdir *w)
 {
     if (w->kind == HSI_WD_IN_PLACE) return HSI_OK;
-    char *lock = join(w->work, ".hsi-lock");
+    char *lock = hsi_run_path(w->work, ".hsi-lock");
     if (lock) unlink(lock); /* the fd keeps the lock until hsi_workdir_free */
     free(lock);
     if (hsi_fault_point("run-swap")) {
@@ -334,7 +315,7 @@ hsi_status hsi_workdir_commit(hsi_workdir *w)
             while ((e = readdir(d)) && st == HSI_OK) {
                 if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
                 if ((pass == 0) == !strcmp(e->d_name, "pipeline.json")) continue;
-                char *a = join(w->work, e->d_name), *b = join(w->final, e->d_name);
+                char *a = hsi_run_path(w->work, e->d_name), *b = hsi_run_path(w->final, e->d_name);
                 if (!a || !b || rename(a, b) != 0)
                     st = HSI_FAIL(HSI_ERR_IO, "%s: cannot move %s into it: %s", w->final,
                                   a ? a : "?", strerror(errno));
@@ -346,7 +327,7 @@ hsi_status hsi_workdir_commit(hsi_workdir *w)
         if (st != HSI_OK) return st;
         rmdir(w->work);
     }
-    sync_parent(w->final);
+    hsi_sync_parent_dir(w->final);
     free(w->work);
     w->work = strdup(w->final);
     w->kind = HSI_WD_IN_PLACE;
