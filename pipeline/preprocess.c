@@ -605,28 +605,14 @@ cleanup:
 
 hsi_status hsi_prep_load(hsi_prep *out, const char *path)
 {
-    hsi_status st = HSI_OK;
-    hsi_st_file *f = NULL;
-    char magic[8] = {0};
+    /* one reader: the file mapped (checked to be a regular file), then the
+     * same parse as from memory */
+    hsi_buffer *b = NULL;
     memset(out, 0, sizeof *out);
-    FILE *fp = NULL;
-    st = hsi_input_fopen(&fp, path, "preprocessing model");
+    hsi_status st = hsi_buffer_map(&b, path);
     if (st != HSI_OK) return st;
-    size_t got = fread(magic, 1, sizeof magic, fp);
-    fclose(fp);
-    if (got == sizeof magic && !memcmp(magic, legacy_magic, sizeof legacy_magic)) {
-        HSI_TRY(hsi_pca_load(&out->pca, path));
-        return prep_from_legacy(out);
-    }
-    st = hsi_safetensors_open(&f, path);
-    if (st != HSI_OK) {
-        hsi_fail_context(st, "expected an hsi preprocessing model (safetensors) or an older hsi's "
-                             "binary PCA model");
-        goto cleanup;
-    }
-    st = prep_from_st(out, f, path);
-cleanup:
-    hsi_safetensors_close(f);
+    st = hsi_prep_parse(out, b->size ? b->data : "", b->size, path);
+    hsi_buffer_release(b);
     return st;
 }
 

@@ -123,8 +123,6 @@ static void test_kill_between_renames(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " info %s", hdr), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "interrupted between its data file and its header"));
     /* any later write to it finishes the interrupted one first */
-    char other[4096];
-    snprintf(other, sizeof other, "%s/x.hdr", d);
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " convert " SCENE " %s --byte-order big --overwrite", hdr), 0);
     seen now = look(hdr);
     CU_ASSERT(now.ok && now.big == 1 && same_values(&now, &old));
@@ -207,7 +205,7 @@ static void test_full_disk_and_stdout(void)
     seen old = look(hdr);
     int rc = hsi_test_run(out, sizeof out, "trap '' XFSZ; ulimit -f 64; " HSI_BIN " convert " SCENE " %s --dtype float64 --overwrite", hdr);
     CU_ASSERT_EQUAL(rc, 1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "c"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "File too large")); /* EFBIG, said */
     seen now = look(hdr);
     CU_ASSERT(now.ok && now.dt == old.dt && same_values(&now, &old));
     CU_ASSERT_EQUAL(leftovers(d), 0);
