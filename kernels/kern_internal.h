@@ -10,6 +10,7 @@
 
 #include "core/core.h"
 #include "core/threads.h"
+#include "stats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,6 +65,14 @@ void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1);
  * selected, nonzero in the mask). */
 hsi_status hsi_kern_mask_pack(uint8_t **out, const hsi_view *mask, int64_t n_lines,
                               int64_t n_samples);
+
+/* hsi_stats_compute with a hook the statistics pass calls on thread t for
+ * each tile of lines [y0, y1) it has read (moments phase only), in line
+ * order per thread, before the tile's pages are released. Threads get
+ * hsi_split_range(L, t, n) of the lines, n = opts->n_threads capped at L. */
+typedef void (*hsi_kern_tile_hook)(void *ctx, int t, int64_t y0, int64_t y1);
+hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts,
+                                    hsi_kern_tile_hook hook, void *hook_ctx);
 
 /* Checks that v is a host-visible (band, line, sample) real cube. */
 hsi_status hsi_kern_check_cube(const hsi_view *v, const char *what);

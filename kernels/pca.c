@@ -26,102 +26,113 @@ void hsi_pca_free(hsi_pca *p)
 
 /* ------------------------------------------------------------ covariance */
 
+/* One thread's share: its block of loaded pixels and its double sums. The
+ * lines it is given arrive in order (whole pass or tile by tile from the
+ * statistics pass); blocks fill across lines, so both drivers form the same
+ * blocks and give the same bits. */
+typedef struct cov_part {
+    float *blk, *scr, *Cf, *ones, *colsum;
+    int64_t fill, n, l1;  /* pixels in blk; pixels summed; end of its lines */
+    double *S, *s;        /* (nf, nf) upper triangle; (nf) */
+} cov_part;
+
 typedef struct cov_ctx {
     const hsi_view *cube;
     hsi_kern_prep pp;     /* norm + sub = shift */
     const uint8_t *mask;
-    int64_t chunk, tile;
-    double *S;            /* (n_threads, nf, nf) upper triangles */
-    double *s;            /* (n_threads, nf) */
-    int64_t *n;           /* (n_threads) */
+    int64_t chunk, tile, nf;
+    int nt;
+    double *shift;        /* (nf) features of the first selected pixel */
+    cov_part *part;       /* (nt) */
     hsi_progress *prog;
     int64_t *lines_done;
 } cov_ctx;
 
-static hsi_status cov_worker(void *vc, int t, int nt)
+static void cov_flush(cov_ctx *c, cov_part *p)
 {
-    cov_ctx *c = vc;
+    int64_t nf = c->nf, ch = c->chunk, fill = p->fill;
+    int bm = !hsi_kern_pixel_major_input(c->cube);
+    if (fill == 0) return;
+    /* shifted values; Cf = X^T X (upper) in float over one block, then
+     * added into the double S */
+    if (bm) /* blk: (nf, fill) row-major, ld ch: Cf = blk blk^T */
+        cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)nf, (int)fill, 1.0f, p->blk, (int)ch, 0.0f,
+                    p->Cf, (int)nf);
+    else /* blk: (fill, nf) row-major: Cf = blk^T blk */
+        cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)nf, (int)fill, 1.0f, p->blk, (int)nf, 0.0f,
+                    p->Cf, (int)nf);
+    for (int64_t i = 0; i < nf; i++)
+        for (int64_t j = i; j < nf; j++) p->S[i * nf + j] += p->Cf[i * nf + j];
+    /* column sums of the block by sgemv against ones, into double */
+    if (bm) /* colsum = blk (nf, fill) . ones */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nf, (int)fill, 1.0f, p->blk, (int)ch, p->ones, 1, 0.0f,
+                    p->colsum, 1);
+    else /* colsum = blk^T (fill, nf)^T . ones */
+        cblas_sgemv(CblasRowMajor, CblasTrans, (int)fill, (int)nf, 1.0f, p->blk, (int)nf, p->ones, 1, 0.0f,
+                    p->colsum, 1);
+    for (int64_t j = 0; j < nf; j++) p->s[j] += p->colsum[j];
+    p->n += fill;
+    p->fill = 0;
+}
+
+/* Adds lines [y0, y1) to thread t's sums. */
+static void cov_lines(cov_ctx *c, int t, int64_t y0, int64_t y1)
+{
+    cov_part *p = &c->part[t];
     const hsi_view *cube = c->cube;
-    int64_t nf = c->pp.n_bands, L = cube->shape[1], S = cube->shape[2], ch = c->chunk;
-    float *blk = hsi_aligned_alloc(sizeof(float) * (size_t)(ch * nf));
-    float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, ch, nf));
-    float *Cf = hsi_aligned_alloc(sizeof(float) * (size_t)(nf * nf + ch + nf));
-    if (!blk || !scr || !Cf) {
-        hsi_aligned_free(blk);
-        hsi_aligned_free(scr);
-        hsi_aligned_free(Cf);
-        return HSI_FAIL(HSI_ERR_NOMEM, "covariance: cannot allocate a %lld x %lld block", (long long)ch,
-                        (long long)nf);
-    }
-    float *ones = Cf + nf * nf, *colsum = ones + ch;
-    for (int64_t p = 0; p < ch; p++) ones[p] = 1.0f;
-    double *Sm = c->S + (int64_t)t * nf * nf, *sv = c->s + t * nf;
-    int64_t l0, l1, fill = 0, tl0;
+    int64_t nf = c->nf, S = cube->shape[2], ch = c->chunk;
     int bm = !hsi_kern_pixel_major_input(cube);
-    hsi_split_range(L, t, nt, &l0, &l1);
-    tl0 = l0;
-    for (int64_t y = l0; y < l1; y++) {
+    for (int64_t y = y0; y < y1; y++) {
         for (int64_t s0 = 0; s0 < S;) {
-            int64_t np = S - s0 < ch - fill ? S - s0 : ch - fill;
+            int64_t np = S - s0 < ch - p->fill ? S - s0 : ch - p->fill;
             /* band-major block (nf, ch) for row inputs (BSQ, BIL): no
              * transposition; pixel-major (ch, nf) for spectra inputs (BIP) */
-            float *dst = bm ? blk + fill : blk + fill * nf;
-            hsi_kern_load_f32(dst, bm ? ch : nf, bm, cube, &c->pp, y, s0, np, scr);
+            float *dst = bm ? p->blk + p->fill : p->blk + p->fill * nf;
+            hsi_kern_load_f32(dst, bm ? ch : nf, bm, cube, &c->pp, y, s0, np, p->scr);
             if (c->mask) { /* keep the selected pixels only */
                 const uint8_t *mk = c->mask + y * S + s0;
                 int64_t k = 0;
-                for (int64_t p = 0; p < np; p++)
-                    if (mk[p]) {
-                        if (k != p) {
+                for (int64_t q = 0; q < np; q++)
+                    if (mk[q]) {
+                        if (k != q) {
                             if (bm)
-                                for (int64_t j = 0; j < nf; j++) dst[j * ch + k] = dst[j * ch + p];
+                                for (int64_t j = 0; j < nf; j++) dst[j * ch + k] = dst[j * ch + q];
                             else
-                                memmove(dst + k * nf, dst + p * nf, sizeof(float) * (size_t)nf);
+                                memmove(dst + k * nf, dst + q * nf, sizeof(float) * (size_t)nf);
                         }
                         k++;
                     }
-                fill += k;
+                p->fill += k;
             } else {
-                fill += np;
+                p->fill += np;
             }
             s0 += np;
-            int last = y + 1 == l1 && s0 >= S;
-            if (fill == ch || (last && fill > 0)) {
-                /* shifted values; Cf = X^T X (upper) in float over one block,
-                 * then added into the double S */
-                if (bm) /* blk: (nf, fill) row-major, ld ch: Cf = blk blk^T */
-                    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)nf, (int)fill, 1.0f, blk,
-                                (int)ch, 0.0f, Cf, (int)nf);
-                else /* blk: (fill, nf) row-major: Cf = blk^T blk */
-                    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)nf, (int)fill, 1.0f, blk,
-                                (int)nf, 0.0f, Cf, (int)nf);
-                for (int64_t i = 0; i < nf; i++)
-                    for (int64_t j = i; j < nf; j++) Sm[i * nf + j] += Cf[i * nf + j];
-                /* column sums of the block by sgemv against ones, into double */
-                if (bm) /* colsum = blk (nf, fill) . ones */
-                    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nf, (int)fill, 1.0f, blk, (int)ch, ones, 1,
-                                0.0f, colsum, 1);
-                else /* colsum = blk^T (fill, nf)^T . ones */
-                    cblas_sgemv(CblasRowMajor, CblasTrans, (int)fill, (int)nf, 1.0f, blk, (int)nf, ones, 1,
-                                0.0f, colsum, 1);
-                for (int64_t j = 0; j < nf; j++) sv[j] += colsum[j];
-                c->n[t] += fill;
-                fill = 0;
-            }
-        }
-        if ((y + 1 - tl0) == c->tile || y + 1 == l1) {
-            hsi_kern_release_lines(cube, tl0, y + 1);
-            if (c->prog) {
-                int64_t d = __atomic_add_fetch(c->lines_done, y + 1 - tl0, __ATOMIC_RELAXED);
-                if (t == 0) hsi_progress_update(c->prog, d);
-            }
-            tl0 = y + 1;
+            if (p->fill == ch || (y + 1 == p->l1 && s0 >= S)) cov_flush(c, p);
         }
     }
-    hsi_aligned_free(blk);
-    hsi_aligned_free(scr);
-    hsi_aligned_free(Cf);
+}
+
+static hsi_status cov_worker(void *vc, int t, int nt)
+{
+    cov_ctx *c = vc;
+    int64_t l0, l1;
+    hsi_split_range(c->cube->shape[1], t, nt, &l0, &l1);
+    for (int64_t y = l0; y < l1; y += c->tile) {
+        int64_t y1 = y + c->tile < l1 ? y + c->tile : l1;
+        cov_lines(c, t, y, y1);
+        hsi_kern_release_lines(c->cube, y, y1);
+        if (c->prog) {
+            int64_t d = __atomic_add_fetch(c->lines_done, y1 - y, __ATOMIC_RELAXED);
+            if (t == 0) hsi_progress_update(c->prog, d);
+        }
+    }
     return HSI_OK;
+}
+
+/* The statistics pass's tile hook: the same lines, while they are in cache. */
+static void cov_tile_hook(void *vc, int t, int64_t y0, int64_t y1)
+{
+    cov_lines(vc, t, y0, y1);
 }
 
 static hsi_status check_norm(const hsi_view *cube, const hsi_norm *norm, const char *what)
@@ -149,6 +160,101 @@ static void prep_from_norm(hsi_kern_prep *pp, const hsi_norm *n)
     pp->l2 = n->l2;
 }
 
+static void cov_ctx_free(cov_ctx *c)
+{
+    for (int t = 0; c->part && t < c->nt; t++) {
+        hsi_aligned_free(c->part[t].blk);
+        hsi_aligned_free(c->part[t].scr);
+        hsi_aligned_free(c->part[t].Cf);
+        free(c->part[t].S);
+        free(c->part[t].s);
+    }
+    free(c->part);
+    free(c->shift);
+    c->part = NULL;
+    c->shift = NULL;
+}
+
+/* Shift, block size and each thread's part for a pass over cube through
+ * norm on nt threads (already capped at the lines). */
+static hsi_status cov_ctx_init(cov_ctx *c, const hsi_view *cube, const hsi_norm *norm, const uint8_t *mask,
+                               int64_t tile_lines, int nt)
+{
+    hsi_status st = HSI_OK;
+    double *scr = NULL;
+    int64_t L = cube->shape[1], S = cube->shape[2], nf = norm->n_bands;
+    memset(c, 0, sizeof *c);
+    /* shift = features of the first selected pixel: keeps the one-pass
+     * sums well conditioned (|mean - shift| ~ one std) */
+    int64_t first = -1;
+    for (int64_t i = 0; i < L * S && first < 0; i++)
+        if (!mask || mask[i]) first = i;
+    if (first < 0) return HSI_FAIL(HSI_ERR_ARG, "covariance: the mask selects no pixel");
+    c->cube = cube;
+    c->mask = mask;
+    c->nf = nf;
+    c->nt = nt;
+    c->tile = tile_lines > 0 ? tile_lines : 64;
+    c->chunk = 262144 / (nf > 0 ? nf : 1);
+    if (c->chunk < 256) c->chunk = 256;
+    if (c->chunk > 4096) c->chunk = 4096;
+    c->shift = calloc((size_t)nf + 1, sizeof(double));
+    scr = malloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, 1, nf));
+    c->part = calloc((size_t)nt, sizeof(cov_part));
+    if (!c->shift || !scr || !c->part) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: out of memory");
+        goto cleanup;
+    }
+    prep_from_norm(&c->pp, norm);
+    hsi_kern_load_f64(c->shift, nf, 0, cube, &c->pp, first / S, first % S, 1, scr);
+    c->pp.sub = c->shift;
+    for (int t = 0; t < nt; t++) {
+        cov_part *p = &c->part[t];
+        int64_t l0;
+        hsi_split_range(L, t, nt, &l0, &p->l1);
+        p->blk = hsi_aligned_alloc(sizeof(float) * (size_t)(c->chunk * nf));
+        p->scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, c->chunk, nf));
+        p->Cf = hsi_aligned_alloc(sizeof(float) * (size_t)(nf * nf + c->chunk + nf));
+        p->S = calloc((size_t)(nf * nf), sizeof(double));
+        p->s = calloc((size_t)nf, sizeof(double));
+        if (!p->blk || !p->scr || !p->Cf || !p->S || !p->s) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: cannot allocate a %lld x %lld block per thread",
+                          (long long)c->chunk, (long long)nf);
+            goto cleanup;
+        }
+        p->ones = p->Cf + nf * nf;
+        p->colsum = p->ones + c->chunk;
+        for (int64_t q = 0; q < c->chunk; q++) p->ones[q] = 1.0f;
+    }
+cleanup:
+    free(scr);
+    if (st != HSI_OK) cov_ctx_free(c);
+    return st;
+}
+
+/* Sums the parts in thread order: mean = shift + s / n, cov = (S - s s^T / n) / (n - 1). */
+static hsi_status cov_ctx_finish(cov_ctx *c, double *mean, double *cov, int64_t *n_used)
+{
+    int64_t nf = c->nf, n = 0;
+    cov_part *p0 = &c->part[0];
+    for (int t = 0; t < c->nt; t++) n += c->part[t].n;
+    if (n < 2) return HSI_FAIL(HSI_ERR_NUMERIC, "covariance: needs at least 2 pixels, found %lld", (long long)n);
+    for (int t = 1; t < c->nt; t++) {
+        for (int64_t i = 0; i < nf * nf; i++) p0->S[i] += c->part[t].S[i];
+        for (int64_t j = 0; j < nf; j++) p0->s[j] += c->part[t].s[j];
+    }
+    for (int64_t i = 0; i < nf; i++) {
+        mean[i] = c->shift[i] + p0->s[i] / (double)n;
+        for (int64_t j = i; j < nf; j++) {
+            double v = (p0->S[i * nf + j] - p0->s[i] * p0->s[j] / (double)n) / (double)(n - 1);
+            cov[i * nf + j] = v;
+            cov[j * nf + i] = v;
+        }
+    }
+    if (n_used) *n_used = n;
+    return HSI_OK;
+}
+
 hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_view *cube,
                           const hsi_norm *norm_in, const hsi_pca_opts *opts)
 {
@@ -158,11 +264,9 @@ hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_
     hsi_norm idn = {0};
     const hsi_norm *norm = norm_in;
     uint8_t *mask = NULL;
-    double *shift = NULL, *scr = NULL;
     cov_ctx c = {0};
     hsi_progress prog;
     int64_t done = 0;
-    int blas_prev = -1;
     HSI_TRY(hsi_kern_check_cube(cube, "covariance"));
     int64_t L = cube->shape[1], S = cube->shape[2];
     if (!norm) {
@@ -170,79 +274,65 @@ hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_
         norm = &idn;
     }
     HSI_TRY(check_norm(cube, norm, "covariance"));
-    int64_t nf = norm->n_bands;
     HSI_TRY(hsi_kern_mask_pack(&mask, o->mask, L, S));
-    /* shift = features of the first selected pixel: keeps the one-pass
-     * sums well conditioned (|mean - shift| ~ one std) */
-    int64_t first = -1;
-    for (int64_t i = 0; i < L * S && first < 0; i++)
-        if (!mask || mask[i]) first = i;
-    if (first < 0) {
-        st = HSI_FAIL(HSI_ERR_ARG, "covariance: the mask selects no pixel");
-        goto cleanup;
-    }
-    shift = calloc((size_t)nf + 1, sizeof(double));
-    scr = malloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, 1, nf));
-    if (!shift || !scr) {
-        st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: out of memory");
-        goto cleanup;
-    }
-    prep_from_norm(&c.pp, norm);
-    hsi_kern_load_f64(shift, nf, 0, cube, &c.pp, first / S, first % S, 1, scr);
-    c.pp.sub = shift;
-    c.cube = cube;
-    c.mask = mask;
-    c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
-    c.chunk = 262144 / (nf > 0 ? nf : 1);
-    if (c.chunk < 256) c.chunk = 256;
-    if (c.chunk > 4096) c.chunk = 4096;
     int nt = o->n_threads > 0 ? o->n_threads : hsi_threads();
     if (nt > L) nt = (int)(L > 0 ? L : 1);
-    c.S = calloc((size_t)(nt * nf * nf), sizeof(double));
-    c.s = calloc((size_t)(nt * nf), sizeof(double));
-    c.n = calloc((size_t)nt, sizeof(int64_t));
-    if (!c.S || !c.s || !c.n) {
-        st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: out of memory for %d x %lld^2 partials", nt, (long long)nf);
-        goto cleanup;
-    }
+    HSI_TRY(cov_ctx_init(&c, cube, norm, mask, o->tile_lines, nt));
     if (o->progress_label) {
         hsi_progress_begin(&prog, o->progress_label, L);
         c.prog = &prog;
         c.lines_done = &done;
     }
-    blas_prev = hsi_kern_blas_single_begin();
+    int blas_prev = hsi_kern_blas_single_begin();
     st = hsi_parallel(nt, cov_worker, &c);
     hsi_kern_blas_single_end(blas_prev);
     if (c.prog) hsi_progress_end(c.prog);
     if (st != HSI_OK) goto cleanup;
-    int64_t n = 0;
-    for (int t = 0; t < nt; t++) n += c.n[t];
-    if (n < 2) {
-        st = HSI_FAIL(HSI_ERR_NUMERIC, "covariance: needs at least 2 pixels, found %lld", (long long)n);
-        goto cleanup;
-    }
-    for (int t = 1; t < nt; t++) {
-        for (int64_t i = 0; i < nf * nf; i++) c.S[i] += c.S[t * nf * nf + i];
-        for (int64_t j = 0; j < nf; j++) c.s[j] += c.s[t * nf + j];
-    }
-    /* cov = (S - s s^T / n) / (n - 1), mean = shift + s / n */
-    for (int64_t i = 0; i < nf; i++) {
-        mean[i] = shift[i] + c.s[i] / (double)n;
-        for (int64_t j = i; j < nf; j++) {
-            double v = (c.S[i * nf + j] - c.s[i] * c.s[j] / (double)n) / (double)(n - 1);
-            cov[i * nf + j] = v;
-            cov[j * nf + i] = v;
-        }
-    }
-    if (n_used) *n_used = n;
+    HSI_TRY(cov_ctx_finish(&c, mean, cov, n_used));
 cleanup:
-    free(c.S);
-    free(c.s);
-    free(c.n);
-    free(shift);
-    free(scr);
+    cov_ctx_free(&c);
     free(mask);
     hsi_norm_free(&idn);
+    return st;
+}
+
+hsi_status hsi_stats_covariance(hsi_stats *stats, double *mean, double *cov, int64_t *n_used,
+                                const hsi_view *cube, const int64_t *bands, int64_t n_bands,
+                                const hsi_stats_opts *opts)
+{
+    hsi_status st = HSI_OK;
+    hsi_stats_opts o0 = {0};
+    const hsi_stats_opts *o = opts ? opts : &o0;
+    hsi_norm sel = {0};
+    uint8_t *mask = NULL;
+    cov_ctx c = {0};
+    memset(stats, 0, sizeof *stats);
+    HSI_TRY(hsi_kern_check_cube(cube, "statistics and covariance"));
+    if (o->has_ignore || o->hist_bins > 0)
+        return HSI_FAIL(HSI_ERR_ARG, "statistics and covariance: one pass takes no ignore value and no "
+                                     "histogram (the covariance would count what the statistics skip)");
+    int64_t L = cube->shape[1], S = cube->shape[2];
+    /* the raw values of the selected bands */
+    HSI_TRY(hsi_norm_build(&sel, HSI_NORM_NONE, cube->shape[0], bands, bands ? n_bands : cube->shape[0], NULL,
+                           NULL, 0, 0));
+    HSI_TRY(check_norm(cube, &sel, "statistics and covariance"));
+    HSI_TRY(hsi_kern_mask_pack(&mask, o->mask, L, S));
+    /* the statistics pass caps its threads the same way: equal line ranges */
+    int nt = o->n_threads > 0 ? o->n_threads : hsi_threads();
+    if (nt > L) nt = (int)(L > 0 ? L : 1);
+    HSI_TRY(cov_ctx_init(&c, cube, &sel, mask, o->tile_lines, nt));
+    hsi_stats_opts so = *o;
+    so.n_threads = nt;
+    int blas_prev = hsi_kern_blas_single_begin();
+    st = hsi_stats_compute_hooked(stats, cube, &so, cov_tile_hook, &c);
+    hsi_kern_blas_single_end(blas_prev);
+    if (st != HSI_OK) goto cleanup;
+    st = cov_ctx_finish(&c, mean, cov, n_used);
+cleanup:
+    if (st != HSI_OK) hsi_stats_free(stats);
+    cov_ctx_free(&c);
+    free(mask);
+    hsi_norm_free(&sel);
     return st;
 }
 

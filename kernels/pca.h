@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "normalize.h"
+#include "stats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,6 +48,18 @@ typedef struct hsi_pca_opts {
  * n_features) row-major, full symmetric. norm NULL = raw values of all bands. */
 hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_view *cube,
                           const hsi_norm *norm, const hsi_pca_opts *opts);
+
+/* One read of the cube for two results: stats of every cube band, as
+ * hsi_stats_compute(stats, cube, opts) gives them (bit for bit), and the
+ * mean and covariance (as hsi_covariance with the identity map over bands,
+ * n_bands of them; NULL = all) of the raw values over the same pixels
+ * (opts->mask), gathered tile by tile while the statistics pass has the
+ * lines in cache. No ignore value and no histogram (the covariance cannot
+ * skip what the statistics skip); NaN elements are not skipped by the
+ * covariance, so a band whose count is below n_used has them. */
+hsi_status hsi_stats_covariance(hsi_stats *stats, double *mean, double *cov, int64_t *n_used,
+                                const hsi_view *cube, const int64_t *bands, int64_t n_bands,
+                                const hsi_stats_opts *opts);
 
 /* Fits on cube (band, line, sample), any dtype/strides/byte order.
  * norm NULL = raw values of all bands (copied into out->norm). */

@@ -217,6 +217,8 @@ typedef struct stats_ctx {
     const hsi_stats *res; /* min/max for the histogram phase */
     hsi_progress *prog;
     int64_t *lines_done;
+    hsi_kern_tile_hook hook; /* moments phase: called per tile read */
+    void *hook_ctx;
 } stats_ctx;
 
 static hsi_status stats_worker(void *vctx, int t, int nt)
@@ -290,6 +292,7 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
                     y0 += ny;
                 }
             }
+            if (c->hook) c->hook(c->hook_ctx, t, tl0, tl1);
             hsi_kern_release_lines(cube, tl0, tl1);
             if (c->prog) {
                 int64_t d = __atomic_add_fetch(c->lines_done, tl1 - tl0, __ATOMIC_RELAXED);
@@ -436,6 +439,7 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
         }
         if ((y - l0 + 1) % c->tile == 0 || y + 1 == l1) {
             int64_t tl0 = y + 1 - ((y - l0) % c->tile + 1);
+            if (c->hook && !c->hist_phase) c->hook(c->hook_ctx, t, tl0, y + 1);
             hsi_kern_release_lines(cube, tl0, y + 1);
             if (c->prog) {
                 int64_t d = __atomic_add_fetch(c->lines_done, y + 1 - tl0, __ATOMIC_RELAXED);
@@ -490,6 +494,12 @@ static hsi_status finish(hsi_stats *s)
 
 hsi_status hsi_stats_compute(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts)
 {
+    return hsi_stats_compute_hooked(out, cube, opts, NULL, NULL);
+}
+
+hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts,
+                                    hsi_kern_tile_hook hook, void *hook_ctx)
+{
     hsi_status st = HSI_OK;
     hsi_stats_opts o0 = {0};
     const hsi_stats_opts *o = opts ? opts : &o0;
@@ -507,6 +517,8 @@ hsi_status hsi_stats_compute(hsi_stats *out, const hsi_view *cube, const hsi_sta
     c.cube = cube;
     c.o = o;
     c.mask = mask;
+    c.hook = hook;
+    c.hook_ctx = hook_ctx;
     c.need_filter = mask || o->has_ignore || hsi_dtype_is_float(cube->dtype);
     c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
     c.chunk = 32768 / (nb > 0 ? nb : 1);

@@ -84,6 +84,40 @@ static void calib_from_meta(hsi_calib *c, const hsi_meta *m)
     c->refl_scale = m->has_reflectance_scale ? m->reflectance_scale : 0;
 }
 
+/* Statistics and the raw covariance in one read, then the norm and the PCA
+ * from them. Leaves out->has_pca 0 (and *s filled) when a selected band
+ * holds NaN, which the statistics skip and the covariance cannot: the
+ * caller then fits the usual way from *s. */
+static hsi_status fit_one_pass(hsi_prep *out, const hsi_cube *c, hsi_stats *s, const int64_t *sel,
+                               int64_t ns, hsi_norm_mode mode, const hsi_calib *cal,
+                               const hsi_stats_opts *so, const hsi_pca_opts *po)
+{
+    hsi_status st = HSI_OK;
+    int64_t n = 0;
+    double *mean = malloc(sizeof(double) * (size_t)ns), *cov = malloc(sizeof(double) * (size_t)(ns * ns));
+    if (!mean || !cov) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "preprocess: out of memory for a %lld-band covariance", (long long)ns);
+        goto cleanup;
+    }
+    HSI_TRY(hsi_stats_covariance(s, mean, cov, &n, &c->view, sel, ns, so));
+    for (int64_t j = 0; j < ns; j++)
+        if (s->count[sel[j]] != n) goto cleanup; /* NaN in the band */
+    HSI_TRY(hsi_norm_build(&out->norm, mode, c->view.shape[0], sel, ns, s, cal, 0, 0));
+    const hsi_norm *nm = &out->norm;
+    for (int64_t i = 0; i < ns; i++) {
+        /* the statistics' mean of the same pixels (in double, exact for integers) */
+        mean[i] = nm->scale[i] * (s->mean[sel[i]] - nm->center[i]) + nm->offset[i];
+        for (int64_t j = 0; j < ns; j++) cov[i * ns + j] *= nm->scale[i] * nm->scale[j];
+    }
+    HSI_TRY(hsi_pca_fit_cov(&out->pca, mean, cov, n, nm, po));
+    out->has_pca = 1;
+cleanup:
+    if (!out->has_pca) hsi_norm_free(&out->norm);
+    free(mean);
+    free(cov);
+    return st;
+}
+
 hsi_status hsi_prep_fit(hsi_prep *out, const hsi_cube *c, const hsi_view *mask,
                         const hsi_prep_spec *spec)
 {
@@ -100,25 +134,33 @@ hsi_status hsi_prep_fit(hsi_prep *out, const hsi_cube *c, const hsi_view *mask,
     calib_from_meta(&cal, m);
     int need_stats = has_ig || mode == HSI_NORM_ZSCORE || mode == HSI_NORM_MINMAX ||
                      mode == HSI_NORM_GLOBAL_MINMAX;
-    if (need_stats) {
-        hsi_stats_opts so = {.mask = mask,
-                             .has_ignore = has_ig,
-                             .ignore_value = m->ignore_value,
-                             .tile_lines = spec->tile_lines,
-                             .n_threads = spec->n_threads,
-                             .progress_label = spec->progress ? "statistics" : NULL};
+    int want_pca = spec->pca > 0 || spec->pca_variance > 0;
+    hsi_stats_opts so = {.mask = mask,
+                         .has_ignore = has_ig,
+                         .ignore_value = m->ignore_value,
+                         .tile_lines = spec->tile_lines,
+                         .n_threads = spec->n_threads,
+                         .progress_label = spec->progress ? "statistics" : NULL};
+    hsi_pca_opts po = {.n_components = spec->pca > 0 ? (spec->pca < ns ? spec->pca : ns) : 0,
+                       .variance_fraction = spec->pca > 0 ? 0 : spec->pca_variance,
+                       .whiten = spec->whiten,
+                       .mask = mask,
+                       .tile_lines = spec->tile_lines,
+                       .n_threads = spec->n_threads,
+                       .progress_label = spec->progress ? "pca fit" : NULL};
+    /* An affine map (no ignore value to fill, no L2) moves the covariance
+     * of the raw bands exactly: cov_f = D cov_raw D, D = diag(scale). The
+     * statistics and the raw covariance then come from one read. */
+    if (need_stats && want_pca && !has_ig && mode != HSI_NORM_L2) {
+        so.progress_label = spec->progress ? "statistics + covariance" : NULL;
+        HSI_TRY(fit_one_pass(out, c, &s, sel, ns, mode, &cal, &so, &po));
+        if (out->has_pca) goto cleanup;
+    } else if (need_stats) {
         HSI_TRY(hsi_stats_compute(&s, &c->view, &so));
     }
     HSI_TRY(hsi_norm_build(&out->norm, mode, c->view.shape[0], sel, ns, need_stats ? &s : NULL, &cal,
                            has_ig, m->ignore_value));
-    if (spec->pca > 0 || spec->pca_variance > 0) {
-        hsi_pca_opts po = {.n_components = spec->pca > 0 ? (spec->pca < ns ? spec->pca : ns) : 0,
-                           .variance_fraction = spec->pca > 0 ? 0 : spec->pca_variance,
-                           .whiten = spec->whiten,
-                           .mask = mask,
-                           .tile_lines = spec->tile_lines,
-                           .n_threads = spec->n_threads,
-                           .progress_label = spec->progress ? "pca fit" : NULL};
+    if (want_pca) {
         HSI_TRY(hsi_pca_fit(&out->pca, &c->view, &out->norm, &po));
         out->has_pca = 1;
     }

@@ -11,6 +11,7 @@
 #include "kernels/normalize.h"
 #include "kernels/pca.h"
 #include "kernels/stats.h"
+#include "pipeline/preprocess.h"
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -804,12 +805,127 @@ static void test_covariance_precision(void)
     free(c2);
 }
 
+/* Statistics and covariance from one read equal the two passes bit for
+ * bit (same threads: the same line ranges and blocks), over interleaves,
+ * the exact-integer and float paths, masks, band subsets and threads; a
+ * NaN shows as a count below n. Then hsi_prep_fit, which takes that road
+ * for zscore + PCA, fits the components the two-pass chain fits. */
+static void test_stats_covariance_one_pass(void)
+{
+    dims();
+    int64_t N = L_ * S_;
+    hsi_view mk = make_mask(ref("mask", N), L_, S_, HSI_U8);
+    int64_t sub[4] = {1, 3, 4, 8};
+    size_t bb = sizeof(double) * (size_t)B_;
+    double *m1 = malloc(bb), *m2 = malloc(bb), *c1 = malloc(bb * (size_t)B_), *c2 = malloc(bb * (size_t)B_);
+    int cases = 0, bad = 0;
+    for (int il = 0; il < 3; il++)
+        for (int k = 0; k < 2; k++) {
+            hsi_dtype dt = k ? HSI_F32 : HSI_U16;
+            hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, dt, il, il == 1);
+            for (int nt = 1; nt <= 3; nt++)
+                for (int variant = 0; variant < 3; variant++) {
+                    const int64_t *sel = variant == 2 ? sub : NULL;
+                    int64_t ns = sel ? 4 : B_, n1 = 0, n2 = 0;
+                    hsi_stats_opts so = {.mask = variant == 1 ? &mk : NULL, .n_threads = nt, .tile_lines = 3};
+                    hsi_pca_opts po = {.mask = so.mask, .n_threads = nt, .tile_lines = 3};
+                    hsi_stats s1, s2;
+                    hsi_norm nm;
+                    HSI_CHECK_OK(hsi_stats_covariance(&s1, m1, c1, &n1, &v, sel, ns, &so));
+                    HSI_CHECK_OK(hsi_stats_compute(&s2, &v, &so));
+                    HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_NONE, B_, sel, ns, NULL, NULL, 0, 0));
+                    HSI_CHECK_OK(hsi_covariance(m2, c2, &n2, &v, &nm, &po));
+                    int same = n1 == n2 && !memcmp(m1, m2, sizeof(double) * (size_t)ns) &&
+                               !memcmp(c1, c2, sizeof(double) * (size_t)(ns * ns)) &&
+                               !memcmp(s1.mean, s2.mean, bb) && !memcmp(s1.var, s2.var, bb) &&
+                               !memcmp(s1.min, s2.min, bb) && !memcmp(s1.max, s2.max, bb) &&
+                               !memcmp(s1.count, s2.count, sizeof(int64_t) * (size_t)B_);
+                    if (!same) {
+                        fprintf(stderr, "\n  one pass differs: %s %s, %d threads, variant %d", il_name[il],
+                                k ? "f32" : "u16", nt, variant);
+                        bad++;
+                    }
+                    cases++;
+                    hsi_norm_free(&nm);
+                    hsi_stats_free(&s1);
+                    hsi_stats_free(&s2);
+                }
+            hsi_view_release(&v);
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(cases, 54);
+    /* a NaN in band 2: the statistics skip it, the covariance cannot */
+    double *vals = malloc(sizeof(double) * (size_t)(B_ * N));
+    memcpy(vals, ref("cube", -1), sizeof(double) * (size_t)(B_ * N));
+    vals[2 * N + 5] = NAN;
+    hsi_view vn = make_cube(vals, B_, L_, S_, HSI_F32, BIP, 0);
+    hsi_stats sn;
+    int64_t nn = 0;
+    HSI_CHECK_OK(hsi_stats_covariance(&sn, m1, c1, &nn, &vn, NULL, B_, NULL));
+    CU_ASSERT_EQUAL(nn, N);
+    CU_ASSERT_EQUAL(sn.count[2], N - 1);
+    CU_ASSERT_EQUAL(sn.count[1], N);
+    CU_ASSERT(c1[2 * B_ + 2] != c1[2 * B_ + 2]);
+    hsi_stats_free(&sn);
+    /* the ignore value is refused (the covariance would count it) */
+    hsi_stats_opts si = {.has_ignore = 1, .ignore_value = 0};
+    CU_ASSERT_EQUAL(hsi_stats_covariance(&sn, m1, c1, &nn, &vn, NULL, B_, &si), HSI_ERR_ARG);
+    /* hsi_prep_fit (zscore + PCA 4): one read, the two-pass chain's fit;
+     * with the NaN it falls back to the two passes and still fits */
+    for (int withnan = 0; withnan < 2; withnan++) {
+        hsi_view v = withnan ? vn : make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, BSQ, 0);
+        hsi_cube cube;
+        hsi_cube_init(&cube);
+        cube.view = v;
+        cube.meta.n_bands = B_;
+        hsi_prep_spec spec;
+        hsi_prep_spec_init(&spec);
+        spec.norm = HSI_NORM_ZSCORE;
+        spec.pca = 4;
+        hsi_prep pr;
+        hsi_status st1 = hsi_prep_fit(&pr, &cube, NULL, &spec);
+        hsi_stats s;
+        hsi_norm nm;
+        hsi_pca p;
+        hsi_pca_opts po = {.n_components = 4};
+        HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
+        HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_ZSCORE, B_, NULL, B_, &s, NULL, 0, 0));
+        hsi_status st2 = hsi_pca_fit(&p, &v, &nm, &po);
+        CU_ASSERT_EQUAL(st1, st2); /* with the NaN: whatever the two passes do */
+        if (!withnan) {
+            HSI_CHECK_OK(st1);
+            CU_ASSERT_EQUAL(pr.pca.n_samples, p.n_samples);
+            /* scikit-learn's fit of the same chain (as the two-pass test) */
+            check_components(&pr.pca, ref("zpca_components", 4 * B_), ref("zpca_ev", 4), 4, NULL, "one-pass prep");
+            for (int64_t j = 0; j < B_; j++) {
+                CU_ASSERT(pr.norm.scale[j] == nm.scale[j] && pr.norm.center[j] == nm.center[j]);
+                /* z-scored features have mean 0: exactly from the statistics' mean,
+                 * to float rounding through the two passes' block sums */
+                CU_ASSERT(fabs(pr.pca.mean[j]) <= 1e-12 && fabs(p.mean[j]) <= 1e-5);
+            }
+        }
+        if (st2 == HSI_OK) hsi_pca_free(&p);
+        hsi_norm_free(&nm);
+        hsi_stats_free(&s);
+        hsi_prep_free(&pr);
+        if (!withnan) hsi_view_release(&v);
+    }
+    hsi_view_release(&vn);
+    free(vals);
+    free(m1);
+    free(m2);
+    free(c1);
+    free(c2);
+    hsi_view_release(&mk);
+}
+
 HSI_SUITE(kernels_stats, 0, {"stats: 3 dtypes x 3 interleaves x 2 byte orders x 1-3 threads", test_stats_layouts},
           {"stats: naive reference path", test_stats_reference_path},
           {"stats: crop + band subset views", test_stats_subview}, {"stats: pixel masks", test_stats_mask},
           {"stats: data ignore value", test_stats_ignore},
           {"stats: histogram + percentiles", test_stats_histogram},
-          {"stats: mmap'd cube, tiles released", test_mapped_cube})
+          {"stats: mmap'd cube, tiles released", test_mapped_cube},
+          {"stats + covariance in one read == two passes, bit for bit", test_stats_covariance_one_pass})
 HSI_SUITE(kernels_normalize, 0, {"normalize: zscore/minmax/global/l2, unfused + fused", test_normalize_modes},
           {"normalize: gain/offset/reflectance scale", test_normalize_calibration})
 HSI_SUITE(kernels_pca, 0, {"pca: sklearn fit on 18 layouts + scores", test_pca_fit_layouts},
