@@ -8,6 +8,7 @@
 #include "fused.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -46,9 +47,11 @@ static hsi_status fused_worker(void *vc, int t, int nt)
     int in_bm = !hsi_kern_pixel_major_input(cube), out_pm = c->pixel_major;
     float *blk = hsi_aligned_alloc(sizeof(float) * (size_t)(ch * nf));
     float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, ch, nf));
-    float *Y = c->W ? hsi_aligned_alloc(sizeof(float) * (size_t)(ch * c->k)) : NULL;
+    /* band-major rows more than 2^31 elements apart cannot be a BLAS ldc */
+    int need_y = c->W && !out_pm && (c->sink ? c->tile : L) * S > INT_MAX;
+    float *Y = need_y ? hsi_aligned_alloc(sizeof(float) * (size_t)(ch * c->k)) : NULL;
     float *tilebuf = c->sink ? hsi_aligned_alloc(sizeof(float) * (size_t)(c->tile * S * no)) : NULL;
-    if (!blk || !scr || (c->W && !Y) || (c->sink && !tilebuf)) {
+    if (!blk || !scr || (c->sink && !tilebuf) || (need_y && !Y)) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "fused pass: cannot allocate blocks for %lld pixels x %lld bands",
                       (long long)ch, (long long)nf);
         goto cleanup;
@@ -75,34 +78,34 @@ static hsi_status fused_worker(void *vc, int t, int nt)
                     continue;
                 }
                 hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
-                const float *R = blk; /* result: element (p, o) */
-                int64_t rs_p, rs_o;
                 if (c->W) {
+                    /* the product lands in the destination itself: pixel-major
+                     * (np, k) rows of k, or band-major (k, np) rows dL*S apart */
                     int k = (int)c->k;
-                    if (out_pm) { /* Y: (np, k) row-major */
+                    if (out_pm) {
+                        float *Yd = dst + (yl * S + s0) * no;
                         if (in_bm) /* blk: (nf, np); Y = blk^T W^T */
                             cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)np, k, (int)nf, 1.0f,
-                                        blk, (int)np, c->W, (int)nf, 0.0f, Y, k);
+                                        blk, (int)np, c->W, (int)nf, 0.0f, Yd, k);
                         else /* blk: (np, nf); Y = blk W^T */
                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)np, k, (int)nf, 1.0f,
-                                        blk, (int)nf, c->W, (int)nf, 0.0f, Y, k);
-                        rs_p = k;
-                        rs_o = 1;
-                    } else { /* Y: (k, np) row-major */
+                                        blk, (int)nf, c->W, (int)nf, 0.0f, Yd, k);
+                    } else {
+                        float *Yd = Y ? Y : dst + yl * S + s0;
+                        int ldy = Y ? (int)np : (int)(dL * S);
                         if (in_bm) /* Y = W blk */
                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k, (int)np, (int)nf, 1.0f,
-                                        c->W, (int)nf, blk, (int)np, 0.0f, Y, (int)np);
+                                        c->W, (int)nf, blk, (int)np, 0.0f, Yd, ldy);
                         else /* Y = W blk^T */
                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, k, (int)np, (int)nf, 1.0f,
-                                        c->W, (int)nf, blk, (int)nf, 0.0f, Y, (int)np);
-                        rs_p = 1;
-                        rs_o = np;
+                                        c->W, (int)nf, blk, (int)nf, 0.0f, Yd, ldy);
+                        for (int64_t o = 0; Y && o < k; o++)
+                            memcpy(dst + (o * dL + yl) * S + s0, Y + o * np, sizeof(float) * (size_t)np);
                     }
-                    R = Y;
-                } else {
-                    rs_p = in_bm ? 1 : nf;
-                    rs_o = in_bm ? np : 1;
+                    continue;
                 }
+                const float *R = blk; /* result: element (p, o) */
+                int64_t rs_p = in_bm ? 1 : nf, rs_o = in_bm ? np : 1;
                 if (out_pm) {
                     float *d = dst + (yl * S + s0) * no;
                     for (int64_t p = 0; p < np; p++)
@@ -146,8 +149,8 @@ cleanup:
     }
     hsi_aligned_free(blk);
     hsi_aligned_free(scr);
-    hsi_aligned_free(Y);
     hsi_aligned_free(tilebuf);
+    hsi_aligned_free(Y);
     return st;
 }
 

@@ -70,20 +70,64 @@ typedef float kern_f32u __attribute__((aligned(1), may_alias));
 KERN_RAW_FN(raw_f64, double, hsi_load_f64)
 KERN_RAW_FN(raw_f32, float, hsi_load_f32)
 
+/* Whole spectra of 16-bit or float32 samples straight to the affine map,
+ * one sweep per spectrum (no converted copy in between): for BIP blocks.
+ * Returns 0 (nothing done) for other dtypes. */
+#define SPEC_LOOP(CONV)                                                                            \
+    for (int64_t p = 0; p < n_pix; p++) {                                                          \
+        const uint8_t *px = base + p * ss;                                                         \
+        const kern_u16u *w = (const kern_u16u *)px;                                                \
+        const kern_f32u *f = (const kern_f32u *)px;                                                \
+        (void)w;                                                                                   \
+        (void)f;                                                                                   \
+        T *o = dst + p * ld;                                                                       \
+        if (bands)                                                                                 \
+            for (int64_t j = 0; j < nb; j++) {                                                     \
+                int64_t i = bands[j];                                                              \
+                o[j] = sc[j] * ((T)(CONV) - ce[j]) + of[j];                                        \
+            }                                                                                      \
+        else                                                                                       \
+            for (int64_t i = 0; i < nb; i++) o[i] = sc[i] * ((T)(CONV) - ce[i]) + of[i];           \
+    }
+#define KERN_SPEC_FN(NAME, T)                                                                      \
+    static int NAME(T *restrict dst, int64_t ld, const uint8_t *base, int64_t ss, hsi_dtype dt,   \
+                    int sw, int64_t n_pix, int64_t nb, const int64_t *bands, const T *sc,          \
+                    const T *ce, const T *of)                                                      \
+    {                                                                                              \
+        if (dt == HSI_U16 && !sw) SPEC_LOOP(w[i])                                                  \
+        else if (dt == HSI_U16) SPEC_LOOP((uint16_t)__builtin_bswap16(w[i]))                       \
+        else if (dt == HSI_I16 && !sw) SPEC_LOOP((int16_t)w[i])                                    \
+        else if (dt == HSI_I16) SPEC_LOOP((int16_t)__builtin_bswap16(w[i]))                        \
+        else if (dt == HSI_F32 && !sw) SPEC_LOOP(f[i])                                             \
+        else return 0;                                                                             \
+        return 1;                                                                                  \
+    }
+#define T double
+KERN_SPEC_FN(spec_f64, double)
+#undef T
+#define T float
+KERN_SPEC_FN(spec_f32, float)
+#undef T
+#undef SPEC_LOOP
+
 #define T double
 #define KERN_LOAD hsi_kern_load_f64
 #define KERN_RAW raw_f64
+#define KERN_SPEC spec_f64
 #include "kern_load.inc"
 #undef T
 #undef KERN_LOAD
 #undef KERN_RAW
+#undef KERN_SPEC
 #define T float
 #define KERN_LOAD hsi_kern_load_f32
 #define KERN_RAW raw_f32
+#define KERN_SPEC spec_f32
 #include "kern_load.inc"
 #undef T
 #undef KERN_LOAD
 #undef KERN_RAW
+#undef KERN_SPEC
 
 void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1)
 {
