@@ -17,8 +17,9 @@ static const char usage[] =
     "                      [--save-model MODEL] [--interleave bsq|bil|bip]\n"
     "                      [--tile-lines N] [--threads N] [--overwrite]\n"
     "\n"
-    "Reads the raw cube once per step (statistics, PCA fit, output) in tiles, so\n"
-    "memory stays bounded whatever the size, and writes float32.\n"
+    "Reads the raw cube in tiles, so memory stays bounded whatever the size, and\n"
+    "writes float32: one read to fit (statistics and the PCA covariance together;\n"
+    "a second when an ignore value or l2 needs the statistics first), one to write.\n"
     "  --bands SPEC        1-based bands, e.g. 1-20,35,40-\n"
     "  --wavelengths SPEC  wavelength ranges in nm, e.g. 400-1340,1450-1800,1960-2450\n"
     "                      (with --bands: the bands in both)\n"
@@ -96,7 +97,9 @@ static int run_preprocess(int argc, char **argv)
     HSI_TRY(hsi_cli_check_output(out, c.header_path, c.data_path, overwrite));
     if (model_path) HSI_TRY(hsi_cli_check_output(model_path, c.header_path, c.data_path, overwrite));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
+    double t_open = hsi_now();
     HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "--pca"));
+    double t_fit = hsi_now();
     char what[256];
     snprintf(what, sizeof what, "hsi preprocess: %lld bands, normalize %s%s%s", (long long)p.norm.n_bands,
              hsi_norm_mode_name(mode), p.has_pca ? ", pca" : "", p.has_pca && whiten ? " (whitened)" : "");
@@ -104,9 +107,13 @@ static int run_preprocess(int argc, char **argv)
     if (model_path) HSI_TRY(hsi_prep_save(&p, model_path));
     HSI_TRY(hsi_prep_write_envi(out, &p, &c.view, &om, il, ko.tile_lines, (int)ko.threads));
     if (!hsi_is_quiet()) {
-        fprintf(stderr, "hsi preprocess: %s -> %s: %lld bands -> %lld float32 bands (%s) in %.2f s\n", in, out,
-                (long long)c.view.shape[0], (long long)hsi_prep_n_out(&p), hsi_interleave_name(il),
-                hsi_now() - t0);
+        double t1 = hsi_now(), gb = (double)c.view.shape[0] * (double)c.view.shape[1] * (double)c.view.shape[2] *
+                                         (double)hsi_dtype_size(c.view.dtype) / 1e9;
+        fprintf(stderr, "hsi preprocess: %s -> %s: %lld bands -> %lld float32 bands (%s) in %.2f s (%.2f GB/s)\n", in,
+                out, (long long)c.view.shape[0], (long long)hsi_prep_n_out(&p), hsi_interleave_name(il), t1 - t0,
+                gb / (t1 - t0));
+        fprintf(stderr, "  open %.2f s, fit %.2f s, %s and write %.2f s\n", t_open - t0, t_fit - t_open,
+                p.has_pca ? "project" : "normalise", t1 - t_fit);
         if (p.has_pca) {
             double cum = 0;
             for (int64_t i = 0; i < p.pca.n_components; i++) cum += p.pca.explained_variance_ratio[i];
