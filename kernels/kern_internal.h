@@ -66,13 +66,20 @@ void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1);
 hsi_status hsi_kern_mask_pack(uint8_t **out, const hsi_view *mask, int64_t n_lines,
                               int64_t n_samples);
 
-/* hsi_stats_compute with a hook the statistics pass calls on thread t for
- * each tile of lines [y0, y1) it has read (moments phase only), in line
- * order per thread, before the tile's pages are released. Threads get
- * hsi_split_range(L, t, n) of the lines, n = opts->n_threads capped at L. */
-typedef void (*hsi_kern_tile_hook)(void *ctx, int t, int64_t y0, int64_t y1);
+/* The statistics pass splits the lines into n_chunks fixed chunks
+ * (hsi_split_range(L, k, n_chunks)), each read by one thread in order and
+ * merged in chunk order: the same bits on any number of threads. The
+ * default count: min(64, lines), fewer when each chunk also carries an
+ * n_features^2 covariance (64 MiB of partials at most, 4 chunks at least). */
+int64_t hsi_kern_stats_chunks(const hsi_view *cube, int64_t n_features);
+/* hsi_stats_compute with n_chunks (0 = hsi_kern_stats_chunks(cube, 0)) and
+ * a hook it calls for each tile of lines [y0, y1) it has read (moments
+ * phase only), on thread t, chunk k, in line order within the chunk,
+ * before the tile's pages are released; a chunk's last tile ends at the
+ * chunk's end. */
+typedef void (*hsi_kern_tile_hook)(void *ctx, int64_t k, int t, int64_t y0, int64_t y1);
 hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts,
-                                    hsi_kern_tile_hook hook, void *hook_ctx);
+                                    int64_t n_chunks, hsi_kern_tile_hook hook, void *hook_ctx);
 
 /* Checks that v is a host-visible (band, line, sample) real cube. */
 hsi_status hsi_kern_check_cube(const hsi_view *v, const char *what);

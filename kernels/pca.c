@@ -26,29 +26,34 @@ void hsi_pca_free(hsi_pca *p)
 
 /* ------------------------------------------------------------ covariance */
 
-/* One thread's share: its block of loaded pixels and its double sums. The
- * lines it is given arrive in order (whole pass or tile by tile from the
- * statistics pass); blocks fill across lines, so both drivers form the same
- * blocks and give the same bits. */
-typedef struct cov_part {
+/* Per thread: the block of loaded pixels being filled. Per chunk of lines
+ * (the statistics pass's fixed chunks, each read by one thread): double
+ * sums. Blocks fill across the lines of a chunk and are flushed at its end,
+ * so the sums depend on the chunking only: the same bits on any number of
+ * threads, from the covariance pass or from the statistics pass's hook. */
+typedef struct cov_scratch {
     float *blk, *scr, *Cf, *ones, *colsum;
-    int64_t fill, n, l1;  /* pixels in blk; pixels summed; end of its lines */
+    int64_t fill;         /* pixels in blk */
+} cov_scratch;
+typedef struct cov_sums {
     double *S, *s;        /* (nf, nf) upper triangle; (nf) */
-} cov_part;
+    int64_t n, l1;        /* pixels summed; end of the chunk's lines */
+} cov_sums;
 
 typedef struct cov_ctx {
     const hsi_view *cube;
     hsi_kern_prep pp;     /* norm + sub = shift */
     const uint8_t *mask;
-    int64_t chunk, tile, nf;
+    int64_t chunk, tile, nf, n_chunks;
     int nt;
     double *shift;        /* (nf) features of the first selected pixel */
-    cov_part *part;       /* (nt) */
+    cov_scratch *thr;     /* (nt) */
+    cov_sums *sums;       /* (n_chunks) */
     hsi_progress *prog;
     int64_t *lines_done;
 } cov_ctx;
 
-static void cov_flush(cov_ctx *c, cov_part *p)
+static void cov_flush(cov_ctx *c, cov_scratch *p, cov_sums *u)
 {
     int64_t nf = c->nf, ch = c->chunk, fill = p->fill;
     int bm = !hsi_kern_pixel_major_input(c->cube);
@@ -62,7 +67,7 @@ static void cov_flush(cov_ctx *c, cov_part *p)
         cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)nf, (int)fill, 1.0f, p->blk, (int)nf, 0.0f,
                     p->Cf, (int)nf);
     for (int64_t i = 0; i < nf; i++)
-        for (int64_t j = i; j < nf; j++) p->S[i * nf + j] += p->Cf[i * nf + j];
+        for (int64_t j = i; j < nf; j++) u->S[i * nf + j] += p->Cf[i * nf + j];
     /* column sums of the block by sgemv against ones, into double */
     if (bm) /* colsum = blk (nf, fill) . ones */
         cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nf, (int)fill, 1.0f, p->blk, (int)ch, p->ones, 1, 0.0f,
@@ -70,15 +75,16 @@ static void cov_flush(cov_ctx *c, cov_part *p)
     else /* colsum = blk^T (fill, nf)^T . ones */
         cblas_sgemv(CblasRowMajor, CblasTrans, (int)fill, (int)nf, 1.0f, p->blk, (int)nf, p->ones, 1, 0.0f,
                     p->colsum, 1);
-    for (int64_t j = 0; j < nf; j++) p->s[j] += p->colsum[j];
-    p->n += fill;
+    for (int64_t j = 0; j < nf; j++) u->s[j] += p->colsum[j];
+    u->n += fill;
     p->fill = 0;
 }
 
-/* Adds lines [y0, y1) to thread t's sums. */
-static void cov_lines(cov_ctx *c, int t, int64_t y0, int64_t y1)
+/* Adds lines [y0, y1) of chunk k to its sums, on thread t's block. */
+static void cov_lines(cov_ctx *c, int64_t k, int t, int64_t y0, int64_t y1)
 {
-    cov_part *p = &c->part[t];
+    cov_scratch *p = &c->thr[t];
+    cov_sums *u = &c->sums[k];
     const hsi_view *cube = c->cube;
     int64_t nf = c->nf, S = cube->shape[2], ch = c->chunk;
     int bm = !hsi_kern_pixel_major_input(cube);
@@ -91,23 +97,23 @@ static void cov_lines(cov_ctx *c, int t, int64_t y0, int64_t y1)
             hsi_kern_load_f32(dst, bm ? ch : nf, bm, cube, &c->pp, y, s0, np, p->scr);
             if (c->mask) { /* keep the selected pixels only */
                 const uint8_t *mk = c->mask + y * S + s0;
-                int64_t k = 0;
+                int64_t q2 = 0;
                 for (int64_t q = 0; q < np; q++)
                     if (mk[q]) {
-                        if (k != q) {
+                        if (q2 != q) {
                             if (bm)
-                                for (int64_t j = 0; j < nf; j++) dst[j * ch + k] = dst[j * ch + q];
+                                for (int64_t j = 0; j < nf; j++) dst[j * ch + q2] = dst[j * ch + q];
                             else
-                                memmove(dst + k * nf, dst + q * nf, sizeof(float) * (size_t)nf);
+                                memmove(dst + q2 * nf, dst + q * nf, sizeof(float) * (size_t)nf);
                         }
-                        k++;
+                        q2++;
                     }
-                p->fill += k;
+                p->fill += q2;
             } else {
                 p->fill += np;
             }
             s0 += np;
-            if (p->fill == ch || (y + 1 == p->l1 && s0 >= S)) cov_flush(c, p);
+            if (p->fill == ch || (y + 1 == u->l1 && s0 >= S)) cov_flush(c, p, u);
         }
     }
 }
@@ -115,24 +121,26 @@ static void cov_lines(cov_ctx *c, int t, int64_t y0, int64_t y1)
 static hsi_status cov_worker(void *vc, int t, int nt)
 {
     cov_ctx *c = vc;
-    int64_t l0, l1;
-    hsi_split_range(c->cube->shape[1], t, nt, &l0, &l1);
-    for (int64_t y = l0; y < l1; y += c->tile) {
-        int64_t y1 = y + c->tile < l1 ? y + c->tile : l1;
-        cov_lines(c, t, y, y1);
-        hsi_kern_release_lines(c->cube, y, y1);
-        if (c->prog) {
-            int64_t d = __atomic_add_fetch(c->lines_done, y1 - y, __ATOMIC_RELAXED);
-            if (t == 0) hsi_progress_update(c->prog, d);
+    for (int64_t k = t; k < c->n_chunks; k += nt) {
+        int64_t l0, l1;
+        hsi_split_range(c->cube->shape[1], (int)k, (int)c->n_chunks, &l0, &l1);
+        for (int64_t y = l0; y < l1; y += c->tile) {
+            int64_t y1 = y + c->tile < l1 ? y + c->tile : l1;
+            cov_lines(c, k, t, y, y1);
+            hsi_kern_release_lines(c->cube, y, y1);
+            if (c->prog) {
+                int64_t d = __atomic_add_fetch(c->lines_done, y1 - y, __ATOMIC_RELAXED);
+                if (t == 0) hsi_progress_update(c->prog, d);
+            }
         }
     }
     return HSI_OK;
 }
 
 /* The statistics pass's tile hook: the same lines, while they are in cache. */
-static void cov_tile_hook(void *vc, int t, int64_t y0, int64_t y1)
+static void cov_tile_hook(void *vc, int64_t k, int t, int64_t y0, int64_t y1)
 {
-    cov_lines(vc, t, y0, y1);
+    cov_lines(vc, k, t, y0, y1);
 }
 
 static hsi_status check_norm(const hsi_view *cube, const hsi_norm *norm, const char *what)
@@ -162,21 +170,25 @@ static void prep_from_norm(hsi_kern_prep *pp, const hsi_norm *n)
 
 static void cov_ctx_free(cov_ctx *c)
 {
-    for (int t = 0; c->part && t < c->nt; t++) {
-        hsi_aligned_free(c->part[t].blk);
-        hsi_aligned_free(c->part[t].scr);
-        hsi_aligned_free(c->part[t].Cf);
-        free(c->part[t].S);
-        free(c->part[t].s);
+    for (int t = 0; c->thr && t < c->nt; t++) {
+        hsi_aligned_free(c->thr[t].blk);
+        hsi_aligned_free(c->thr[t].scr);
+        hsi_aligned_free(c->thr[t].Cf);
     }
-    free(c->part);
+    for (int64_t k = 0; c->sums && k < c->n_chunks; k++) {
+        free(c->sums[k].S);
+        free(c->sums[k].s);
+    }
+    free(c->thr);
+    free(c->sums);
     free(c->shift);
-    c->part = NULL;
+    c->thr = NULL;
+    c->sums = NULL;
     c->shift = NULL;
 }
 
-/* Shift, block size and each thread's part for a pass over cube through
- * norm on nt threads (already capped at the lines). */
+/* Shift, block size, each thread's block and each chunk's sums for a pass
+ * over cube through norm on nt threads (already capped at the lines). */
 static hsi_status cov_ctx_init(cov_ctx *c, const hsi_view *cube, const hsi_norm *norm, const uint8_t *mask,
                                int64_t tile_lines, int nt)
 {
@@ -194,14 +206,16 @@ static hsi_status cov_ctx_init(cov_ctx *c, const hsi_view *cube, const hsi_norm 
     c->mask = mask;
     c->nf = nf;
     c->nt = nt;
+    c->n_chunks = hsi_kern_stats_chunks(cube, nf);
     c->tile = tile_lines > 0 ? tile_lines : 64;
     c->chunk = 262144 / (nf > 0 ? nf : 1);
     if (c->chunk < 256) c->chunk = 256;
     if (c->chunk > 4096) c->chunk = 4096;
     c->shift = calloc((size_t)nf + 1, sizeof(double));
     scr = malloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, 1, nf));
-    c->part = calloc((size_t)nt, sizeof(cov_part));
-    if (!c->shift || !scr || !c->part) {
+    c->thr = calloc((size_t)nt, sizeof(cov_scratch));
+    c->sums = calloc((size_t)c->n_chunks, sizeof(cov_sums));
+    if (!c->shift || !scr || !c->thr || !c->sums) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: out of memory");
         goto cleanup;
     }
@@ -209,15 +223,11 @@ static hsi_status cov_ctx_init(cov_ctx *c, const hsi_view *cube, const hsi_norm 
     hsi_kern_load_f64(c->shift, nf, 0, cube, &c->pp, first / S, first % S, 1, scr);
     c->pp.sub = c->shift;
     for (int t = 0; t < nt; t++) {
-        cov_part *p = &c->part[t];
-        int64_t l0;
-        hsi_split_range(L, t, nt, &l0, &p->l1);
+        cov_scratch *p = &c->thr[t];
         p->blk = hsi_aligned_alloc(sizeof(float) * (size_t)(c->chunk * nf));
         p->scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, c->chunk, nf));
         p->Cf = hsi_aligned_alloc(sizeof(float) * (size_t)(nf * nf + c->chunk + nf));
-        p->S = calloc((size_t)(nf * nf), sizeof(double));
-        p->s = calloc((size_t)nf, sizeof(double));
-        if (!p->blk || !p->scr || !p->Cf || !p->S || !p->s) {
+        if (!p->blk || !p->scr || !p->Cf) {
             st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: cannot allocate a %lld x %lld block per thread",
                           (long long)c->chunk, (long long)nf);
             goto cleanup;
@@ -226,27 +236,39 @@ static hsi_status cov_ctx_init(cov_ctx *c, const hsi_view *cube, const hsi_norm 
         p->colsum = p->ones + c->chunk;
         for (int64_t q = 0; q < c->chunk; q++) p->ones[q] = 1.0f;
     }
+    for (int64_t k = 0; k < c->n_chunks; k++) {
+        cov_sums *u = &c->sums[k];
+        int64_t l0;
+        hsi_split_range(L, (int)k, (int)c->n_chunks, &l0, &u->l1);
+        u->S = calloc((size_t)(nf * nf), sizeof(double));
+        u->s = calloc((size_t)nf, sizeof(double));
+        if (!u->S || !u->s) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: out of memory for %lld partial %lld^2 sums",
+                          (long long)c->n_chunks, (long long)nf);
+            goto cleanup;
+        }
+    }
 cleanup:
     free(scr);
     if (st != HSI_OK) cov_ctx_free(c);
     return st;
 }
 
-/* Sums the parts in thread order: mean = shift + s / n, cov = (S - s s^T / n) / (n - 1). */
+/* Sums the chunks in order: mean = shift + s / n, cov = (S - s s^T / n) / (n - 1). */
 static hsi_status cov_ctx_finish(cov_ctx *c, double *mean, double *cov, int64_t *n_used)
 {
     int64_t nf = c->nf, n = 0;
-    cov_part *p0 = &c->part[0];
-    for (int t = 0; t < c->nt; t++) n += c->part[t].n;
+    cov_sums *u0 = &c->sums[0];
+    for (int64_t k = 0; k < c->n_chunks; k++) n += c->sums[k].n;
     if (n < 2) return HSI_FAIL(HSI_ERR_NUMERIC, "covariance: needs at least 2 pixels, found %lld", (long long)n);
-    for (int t = 1; t < c->nt; t++) {
-        for (int64_t i = 0; i < nf * nf; i++) p0->S[i] += c->part[t].S[i];
-        for (int64_t j = 0; j < nf; j++) p0->s[j] += c->part[t].s[j];
+    for (int64_t k = 1; k < c->n_chunks; k++) {
+        for (int64_t i = 0; i < nf * nf; i++) u0->S[i] += c->sums[k].S[i];
+        for (int64_t j = 0; j < nf; j++) u0->s[j] += c->sums[k].s[j];
     }
     for (int64_t i = 0; i < nf; i++) {
-        mean[i] = c->shift[i] + p0->s[i] / (double)n;
+        mean[i] = c->shift[i] + u0->s[i] / (double)n;
         for (int64_t j = i; j < nf; j++) {
-            double v = (p0->S[i * nf + j] - p0->s[i] * p0->s[j] / (double)n) / (double)(n - 1);
+            double v = (u0->S[i * nf + j] - u0->s[i] * u0->s[j] / (double)n) / (double)(n - 1);
             cov[i * nf + j] = v;
             cov[j * nf + i] = v;
         }
@@ -317,14 +339,14 @@ hsi_status hsi_stats_covariance(hsi_stats *stats, double *mean, double *cov, int
                            NULL, 0, 0));
     HSI_TRY(check_norm(cube, &sel, "statistics and covariance"));
     HSI_TRY(hsi_kern_mask_pack(&mask, o->mask, L, S));
-    /* the statistics pass caps its threads the same way: equal line ranges */
+    /* the statistics pass caps its threads the same way */
     int nt = o->n_threads > 0 ? o->n_threads : hsi_threads();
     if (nt > L) nt = (int)(L > 0 ? L : 1);
     HSI_TRY(cov_ctx_init(&c, cube, &sel, mask, o->tile_lines, nt));
     hsi_stats_opts so = *o;
     so.n_threads = nt;
     int blas_prev = hsi_kern_blas_single_begin();
-    st = hsi_stats_compute_hooked(stats, cube, &so, cov_tile_hook, &c);
+    st = hsi_stats_compute_hooked(stats, cube, &so, c.n_chunks, cov_tile_hook, &c);
     hsi_kern_blas_single_end(blas_prev);
     if (st != HSI_OK) goto cleanup;
     st = cov_ctx_finish(&c, mean, cov, n_used);

@@ -219,13 +219,14 @@ typedef struct stats_ctx {
     int64_t *lines_done;
     hsi_kern_tile_hook hook; /* moments phase: called per tile read */
     void *hook_ctx;
+    int64_t n_chunks;        /* fixed chunks of lines: partials per chunk */
 } stats_ctx;
 
-static hsi_status stats_worker(void *vctx, int t, int nt)
+/* Lines [l0, l1) (one chunk) on thread t into the partials of slot. */
+static hsi_status stats_range(stats_ctx *c, int t, int64_t slot, int64_t l0, int64_t l1)
 {
-    stats_ctx *c = vctx;
     const hsi_view *cube = c->cube;
-    int64_t nb = cube->shape[0], L = cube->shape[1], S = cube->shape[2];
+    int64_t nb = cube->shape[0], S = cube->shape[2];
     int64_t ch = c->chunk;
     int band_major = !hsi_kern_pixel_major_input(cube);
     double *blk = hsi_aligned_alloc(sizeof(double) * (size_t)(nb * ch));
@@ -237,16 +238,14 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
         hsi_aligned_free(bs);
         return HSI_FAIL(HSI_ERR_NOMEM, "stats: cannot allocate a %lld-pixel block", (long long)ch);
     }
-    int64_t *an = c->n + t * nb;
-    double *amean = c->mean + t * nb, *am2 = c->m2 + t * nb, *amn = c->mn + t * nb,
-           *amx = c->mx + t * nb;
+    int64_t *an = c->n + slot * nb;
+    double *amean = c->mean + slot * nb, *am2 = c->m2 + slot * nb, *amn = c->mn + slot * nb,
+           *amx = c->mx + slot * nb;
     int64_t *hist = c->hist_phase ? c->hist + (int64_t)t * nb * c->o->hist_bins : NULL;
     int bins = c->o ? c->o->hist_bins : 0;
     hsi_kern_prep pp = {.n_bands = nb};
     int has_ig = c->o && c->o->has_ignore;
     double ig = has_ig ? c->o->ignore_value : 0;
-    int64_t l0, l1;
-    hsi_split_range(L, t, nt, &l0, &l1);
     double *bsum = bs, *bmean = bs + nb, *bm2 = bs + 2 * nb, *bmin = bs + 3 * nb, *bmax = bs + 4 * nb;
     int64_t *bn = calloc((size_t)nb + 1, sizeof(int64_t));
     int fast = !hist && fast_int_ok(cube, c->mask, c->o);
@@ -292,7 +291,7 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
                     y0 += ny;
                 }
             }
-            if (c->hook) c->hook(c->hook_ctx, t, tl0, tl1);
+            if (c->hook) c->hook(c->hook_ctx, slot, t, tl0, tl1);
             hsi_kern_release_lines(cube, tl0, tl1);
             if (c->prog) {
                 int64_t d = __atomic_add_fetch(c->lines_done, tl1 - tl0, __ATOMIC_RELAXED);
@@ -439,7 +438,7 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
         }
         if ((y - l0 + 1) % c->tile == 0 || y + 1 == l1) {
             int64_t tl0 = y + 1 - ((y - l0) % c->tile + 1);
-            if (c->hook && !c->hist_phase) c->hook(c->hook_ctx, t, tl0, y + 1);
+            if (c->hook && !c->hist_phase) c->hook(c->hook_ctx, slot, t, tl0, y + 1);
             hsi_kern_release_lines(cube, tl0, y + 1);
             if (c->prog) {
                 int64_t d = __atomic_add_fetch(c->lines_done, y + 1 - tl0, __ATOMIC_RELAXED);
@@ -456,6 +455,32 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
     hsi_aligned_free(scr);
     hsi_aligned_free(bs);
     return HSI_OK;
+}
+
+/* Fixed chunks of lines, dealt round-robin: each chunk's partials depend on
+ * the cube and the chunk count only, and are merged in chunk order, so the
+ * result has the same bits on any number of threads. */
+static hsi_status stats_worker(void *vctx, int t, int nt)
+{
+    stats_ctx *c = vctx;
+    for (int64_t k = t; k < c->n_chunks; k += nt) {
+        int64_t l0, l1;
+        hsi_split_range(c->cube->shape[1], (int)k, (int)c->n_chunks, &l0, &l1);
+        hsi_status st = stats_range(c, t, k, l0, l1);
+        if (st != HSI_OK) return st;
+    }
+    return HSI_OK;
+}
+
+int64_t hsi_kern_stats_chunks(const hsi_view *cube, int64_t n_features)
+{
+    int64_t L = cube->shape[1], k = 64;
+    /* covariance partials (n_features^2 doubles a chunk) within 64 MiB */
+    if (n_features > 0) {
+        int64_t by_mem = ((int64_t)1 << 23) / (n_features * n_features);
+        k = by_mem < 4 ? 4 : by_mem < k ? by_mem : k;
+    }
+    return L < k ? (L > 0 ? L : 1) : k;
 }
 
 /* Percentiles (numpy 'linear' rank q/100*(n-1)) read off a histogram. */
@@ -494,11 +519,11 @@ static hsi_status finish(hsi_stats *s)
 
 hsi_status hsi_stats_compute(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts)
 {
-    return hsi_stats_compute_hooked(out, cube, opts, NULL, NULL);
+    return hsi_stats_compute_hooked(out, cube, opts, 0, NULL, NULL);
 }
 
 hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts,
-                                    hsi_kern_tile_hook hook, void *hook_ctx)
+                                    int64_t n_chunks, hsi_kern_tile_hook hook, void *hook_ctx)
 {
     hsi_status st = HSI_OK;
     hsi_stats_opts o0 = {0};
@@ -519,12 +544,13 @@ hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const 
     c.mask = mask;
     c.hook = hook;
     c.hook_ctx = hook_ctx;
+    c.n_chunks = n_chunks > 0 ? n_chunks : hsi_kern_stats_chunks(cube, 0);
     c.need_filter = mask || o->has_ignore || hsi_dtype_is_float(cube->dtype);
     c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
     c.chunk = 32768 / (nb > 0 ? nb : 1);
     if (c.chunk < 64) c.chunk = 64;
     if (c.chunk > S) c.chunk = S > 0 ? S : 1;
-    size_t nn = (size_t)(nt * nb + 1);
+    size_t nn = (size_t)(c.n_chunks * nb + 1);
     c.n = calloc(nn, sizeof(int64_t));
     c.mean = calloc(nn, sizeof(double));
     c.m2 = calloc(nn, sizeof(double));
@@ -547,10 +573,10 @@ hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const 
     for (int64_t j = 0; j < nb; j++) {
         int64_t n = 0;
         double m = 0, m2 = 0, mn = INFINITY, mx = -INFINITY;
-        for (int t = 0; t < nt; t++) {
-            hsi_stats_merge(&n, &m, &m2, c.n[t * nb + j], c.mean[t * nb + j], c.m2[t * nb + j]);
-            if (c.mn[t * nb + j] < mn) mn = c.mn[t * nb + j];
-            if (c.mx[t * nb + j] > mx) mx = c.mx[t * nb + j];
+        for (int64_t k = 0; k < c.n_chunks; k++) {
+            hsi_stats_merge(&n, &m, &m2, c.n[k * nb + j], c.mean[k * nb + j], c.m2[k * nb + j]);
+            if (c.mn[k * nb + j] < mn) mn = c.mn[k * nb + j];
+            if (c.mx[k * nb + j] > mx) mx = c.mx[k * nb + j];
         }
         out->count[j] = n;
         out->mean[j] = m;

@@ -919,13 +919,65 @@ static void test_stats_covariance_one_pass(void)
     hsi_view_release(&mk);
 }
 
+/* Statistics and covariance have the same bits on 1, 2, 3 and 5 threads
+ * (fixed chunks of lines merged in chunk order), in every interleave, on
+ * the exact-integer and the float paths, with and without a mask. */
+static void test_stats_threads_same_bits(void)
+{
+    dims();
+    int64_t N = L_ * S_;
+    hsi_view mk = make_mask(ref("mask", N), L_, S_, HSI_U8);
+    size_t bb = sizeof(double) * (size_t)B_;
+    double *m[2], *cv[2];
+    for (int i = 0; i < 2; i++) {
+        m[i] = malloc(bb);
+        cv[i] = malloc(bb * (size_t)B_);
+    }
+    int bad = 0, cases = 0;
+    const int threads[4] = {1, 2, 3, 5};
+    for (int il = 0; il < 3; il++)
+        for (int k = 0; k < 2; k++) {
+            hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, k ? HSI_F32 : HSI_U16, il, 0);
+            for (int masked = 0; masked < 2; masked++) {
+                hsi_stats s[2];
+                int64_t n[2];
+                for (int r = 0; r < 4; r++) {
+                    int w = r ? 1 : 0;
+                    hsi_stats_opts so = {.mask = masked ? &mk : NULL, .n_threads = threads[r], .tile_lines = 2};
+                    hsi_pca_opts po = {.mask = so.mask, .n_threads = threads[r], .tile_lines = 5};
+                    HSI_CHECK_OK(hsi_stats_compute(&s[w], &v, &so));
+                    HSI_CHECK_OK(hsi_covariance(m[w], cv[w], &n[w], &v, NULL, &po));
+                    if (r && (n[0] != n[1] || memcmp(m[0], m[1], bb) || memcmp(cv[0], cv[1], bb * (size_t)B_) ||
+                              memcmp(s[0].mean, s[1].mean, bb) || memcmp(s[0].var, s[1].var, bb) ||
+                              memcmp(s[0].min, s[1].min, bb) || memcmp(s[0].max, s[1].max, bb))) {
+                        fprintf(stderr, "\n  %s %s mask %d: %d threads differ from 1", il_name[il],
+                                k ? "f32" : "u16", masked, threads[r]);
+                        bad++;
+                    }
+                    if (r) hsi_stats_free(&s[1]);
+                    cases++;
+                }
+                hsi_stats_free(&s[0]);
+            }
+            hsi_view_release(&v);
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(cases, 48);
+    for (int i = 0; i < 2; i++) {
+        free(m[i]);
+        free(cv[i]);
+    }
+    hsi_view_release(&mk);
+}
+
 HSI_SUITE(kernels_stats, 0, {"stats: 3 dtypes x 3 interleaves x 2 byte orders x 1-3 threads", test_stats_layouts},
           {"stats: naive reference path", test_stats_reference_path},
           {"stats: crop + band subset views", test_stats_subview}, {"stats: pixel masks", test_stats_mask},
           {"stats: data ignore value", test_stats_ignore},
           {"stats: histogram + percentiles", test_stats_histogram},
           {"stats: mmap'd cube, tiles released", test_mapped_cube},
-          {"stats + covariance in one read == two passes, bit for bit", test_stats_covariance_one_pass})
+          {"stats + covariance in one read == two passes, bit for bit", test_stats_covariance_one_pass},
+          {"stats and covariance: the same bits on 1, 2, 3, 5 threads", test_stats_threads_same_bits})
 HSI_SUITE(kernels_normalize, 0, {"normalize: zscore/minmax/global/l2, unfused + fused", test_normalize_modes},
           {"normalize: gain/offset/reflectance scale", test_normalize_calibration})
 HSI_SUITE(kernels_pca, 0, {"pca: sklearn fit on 18 layouts + scores", test_pca_fit_layouts},
