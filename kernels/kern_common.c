@@ -178,6 +178,30 @@ void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1)
     }
 }
 
+static int split_on(const hsi_pass_split *sp) { return sp && sp->n_parts > 1; }
+
+int64_t hsi_kern_split_count(const hsi_pass_split *sp, int64_t n_chunks)
+{
+    if (!split_on(sp)) return n_chunks;
+    return sp->part < n_chunks ? (n_chunks - 1 - sp->part) / sp->n_parts + 1 : 0;
+}
+
+int64_t hsi_kern_split_chunk(const hsi_pass_split *sp, int64_t j)
+{
+    return split_on(sp) ? sp->part + j * sp->n_parts : j;
+}
+
+hsi_status hsi_kern_split_exchange(const hsi_pass_split *sp, double *rows, int64_t n_chunks, int64_t width)
+{
+    if (!split_on(sp)) return HSI_OK;
+    if (!sp->exchange || sp->part < 0 || sp->part >= sp->n_parts)
+        return HSI_FAIL(HSI_ERR_ARG, "split pass: part %d of %d needs an exchange function", sp->part, sp->n_parts);
+    for (int64_t k = 0; k < n_chunks; k++)
+        if (k % sp->n_parts != sp->part)
+            for (int64_t i = 0; i < width; i++) rows[k * width + i] = -INFINITY;
+    return sp->exchange(sp->ctx, rows, n_chunks * width);
+}
+
 hsi_status hsi_kern_mask_pack(uint8_t **out, const hsi_view *mask, int64_t n_lines,
                               int64_t n_samples)
 {

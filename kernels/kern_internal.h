@@ -72,6 +72,14 @@ hsi_status hsi_kern_mask_pack(uint8_t **out, const hsi_view *mask, int64_t n_lin
  * default count: min(64, lines), fewer when each chunk also carries an
  * n_features^2 covariance (64 MiB of partials at most, 4 chunks at least). */
 int64_t hsi_kern_stats_chunks(const hsi_view *cube, int64_t n_features);
+/* The chunks this process reads under a split (stats.h): how many, the
+ * j-th of them; without a split, all in order. */
+int64_t hsi_kern_split_count(const hsi_pass_split *sp, int64_t n_chunks);
+int64_t hsi_kern_split_chunk(const hsi_pass_split *sp, int64_t j);
+/* rows: (n_chunks, width) partials, filled for the chunks read here; sets
+ * the others to -inf and combines them across processes (no-op without a
+ * split). */
+hsi_status hsi_kern_split_exchange(const hsi_pass_split *sp, double *rows, int64_t n_chunks, int64_t width);
 /* hsi_stats_compute with n_chunks (0 = hsi_kern_stats_chunks(cube, 0)) and
  * a hook it calls for each tile of lines [y0, y1) it has read (moments
  * phase only), on thread t, chunk k, in line order within the chunk,

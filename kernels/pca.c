@@ -49,6 +49,7 @@ typedef struct cov_ctx {
     double *shift;        /* (nf) features of the first selected pixel */
     cov_scratch *thr;     /* (nt) */
     cov_sums *sums;       /* (n_chunks) */
+    const hsi_pass_split *split;
     hsi_progress *prog;
     int64_t *lines_done;
 } cov_ctx;
@@ -121,8 +122,8 @@ static void cov_lines(cov_ctx *c, int64_t k, int t, int64_t y0, int64_t y1)
 static hsi_status cov_worker(void *vc, int t, int nt)
 {
     cov_ctx *c = vc;
-    for (int64_t k = t; k < c->n_chunks; k += nt) {
-        int64_t l0, l1;
+    for (int64_t j = t; j < hsi_kern_split_count(c->split, c->n_chunks); j += nt) {
+        int64_t k = hsi_kern_split_chunk(c->split, j), l0, l1;
         hsi_split_range(c->cube->shape[1], (int)k, (int)c->n_chunks, &l0, &l1);
         for (int64_t y = l0; y < l1; y += c->tile) {
             int64_t y1 = y + c->tile < l1 ? y + c->tile : l1;
@@ -254,10 +255,35 @@ cleanup:
     return st;
 }
 
-/* Sums the chunks in order: mean = shift + s / n, cov = (S - s s^T / n) / (n - 1). */
+/* Every process's chunk sums (n, S, s) to every process, for a split pass. */
+static hsi_status cov_exchange(cov_ctx *c)
+{
+    int64_t nf = c->nf, C = c->n_chunks, w = 1 + nf * nf + nf;
+    if (!c->split || c->split->n_parts <= 1) return HSI_OK;
+    double *rows = malloc(sizeof(double) * (size_t)(C * w));
+    if (!rows) return HSI_FAIL(HSI_ERR_NOMEM, "covariance: out of memory for %lld chunk sums", (long long)C);
+    for (int64_t k = 0; k < C; k++) {
+        rows[k * w] = (double)c->sums[k].n;
+        memcpy(rows + k * w + 1, c->sums[k].S, sizeof(double) * (size_t)(nf * nf));
+        memcpy(rows + k * w + 1 + nf * nf, c->sums[k].s, sizeof(double) * (size_t)nf);
+    }
+    hsi_status st = hsi_kern_split_exchange(c->split, rows, C, w);
+    for (int64_t k = 0; st == HSI_OK && k < C; k++) {
+        c->sums[k].n = (int64_t)rows[k * w];
+        memcpy(c->sums[k].S, rows + k * w + 1, sizeof(double) * (size_t)(nf * nf));
+        memcpy(c->sums[k].s, rows + k * w + 1 + nf * nf, sizeof(double) * (size_t)nf);
+    }
+    free(rows);
+    return st;
+}
+
+/* Sums the chunks in order (after the exchange of a split pass):
+ * mean = shift + s / n, cov = (S - s s^T / n) / (n - 1). */
 static hsi_status cov_ctx_finish(cov_ctx *c, double *mean, double *cov, int64_t *n_used)
 {
     int64_t nf = c->nf, n = 0;
+    hsi_status st = cov_exchange(c);
+    if (st != HSI_OK) return st;
     cov_sums *u0 = &c->sums[0];
     for (int64_t k = 0; k < c->n_chunks; k++) n += c->sums[k].n;
     if (n < 2) return HSI_FAIL(HSI_ERR_NUMERIC, "covariance: needs at least 2 pixels, found %lld", (long long)n);
@@ -300,6 +326,7 @@ hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_
     int nt = o->n_threads > 0 ? o->n_threads : hsi_threads();
     if (nt > L) nt = (int)(L > 0 ? L : 1);
     HSI_TRY(cov_ctx_init(&c, cube, norm, mask, o->tile_lines, nt));
+    c.split = o->split;
     if (o->progress_label) {
         hsi_progress_begin(&prog, o->progress_label, L);
         c.prog = &prog;
@@ -343,6 +370,7 @@ hsi_status hsi_stats_covariance(hsi_stats *stats, double *mean, double *cov, int
     int nt = o->n_threads > 0 ? o->n_threads : hsi_threads();
     if (nt > L) nt = (int)(L > 0 ? L : 1);
     HSI_TRY(cov_ctx_init(&c, cube, &sel, mask, o->tile_lines, nt));
+    c.split = o->split;
     hsi_stats_opts so = *o;
     so.n_threads = nt;
     int blas_prev = hsi_kern_blas_single_begin();

@@ -41,6 +41,7 @@ typedef struct hsi_pca_opts {
     int64_t tile_lines;       /* 0 = 64 */
     int n_threads;            /* 0 = hsi_threads() */
     const char *progress_label;
+    const hsi_pass_split *split; /* NULL = one process (stats.h) */
 } hsi_pca_opts;
 
 /* Mean and covariance (ddof = 1) of the features norm makes from cube

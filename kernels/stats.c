@@ -76,6 +76,8 @@ static hsi_status check_opts(const hsi_view *cube, const hsi_stats_opts *o)
 {
     hsi_status st = hsi_kern_check_cube(cube, "stats");
     if (st != HSI_OK) return st;
+    if (o && o->split && o->split->n_parts > 1 && o->hist_bins > 0)
+        return HSI_FAIL(HSI_ERR_UNSUPPORTED, "stats: histograms and percentiles are not split across processes");
     if (o && o->hist_bins < 0)
         return HSI_FAIL(HSI_ERR_ARG, "stats: hist_bins must be >= 0, found %d", o->hist_bins);
     if (o && o->n_percentiles > 0) {
@@ -463,8 +465,9 @@ static hsi_status stats_range(stats_ctx *c, int t, int64_t slot, int64_t l0, int
 static hsi_status stats_worker(void *vctx, int t, int nt)
 {
     stats_ctx *c = vctx;
-    for (int64_t k = t; k < c->n_chunks; k += nt) {
-        int64_t l0, l1;
+    const hsi_pass_split *sp = c->o ? c->o->split : NULL;
+    for (int64_t j = t; j < hsi_kern_split_count(sp, c->n_chunks); j += nt) {
+        int64_t k = hsi_kern_split_chunk(sp, j), l0, l1;
         hsi_split_range(c->cube->shape[1], (int)k, (int)c->n_chunks, &l0, &l1);
         hsi_status st = stats_range(c, t, k, l0, l1);
         if (st != HSI_OK) return st;
@@ -515,6 +518,38 @@ static hsi_status finish(hsi_stats *s)
         s->std[j] = sqrt(s->var[j]);
     }
     return HSI_OK;
+}
+
+/* Every process's chunk partials (n, mean, M2, max, -min per band) to every
+ * process, for a split pass. */
+static hsi_status exchange_partials(stats_ctx *c, int64_t nb)
+{
+    int64_t C = c->n_chunks, w = 5 * nb;
+    double *rows = malloc(sizeof(double) * (size_t)(C * w));
+    if (!rows) return HSI_FAIL(HSI_ERR_NOMEM, "stats: out of memory for %lld chunk partials", (long long)C);
+    for (int64_t k = 0; k < C; k++)
+        for (int64_t j = 0; j < nb; j++) {
+            double *r = rows + k * w + 5 * j;
+            int64_t i = k * nb + j;
+            r[0] = (double)c->n[i];
+            r[1] = c->mean[i];
+            r[2] = c->m2[i];
+            r[3] = c->mx[i];
+            r[4] = -c->mn[i];
+        }
+    hsi_status st = hsi_kern_split_exchange(c->o->split, rows, C, w);
+    for (int64_t k = 0; st == HSI_OK && k < C; k++)
+        for (int64_t j = 0; j < nb; j++) {
+            const double *r = rows + k * w + 5 * j;
+            int64_t i = k * nb + j;
+            c->n[i] = (int64_t)r[0];
+            c->mean[i] = r[1];
+            c->m2[i] = r[2];
+            c->mx[i] = r[3];
+            c->mn[i] = -r[4];
+        }
+    free(rows);
+    return st;
 }
 
 hsi_status hsi_stats_compute(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts)
@@ -570,6 +605,7 @@ hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const 
         c.lines_done = &done;
     }
     HSI_TRY(hsi_parallel(nt, stats_worker, &c));
+    if (o->split && o->split->n_parts > 1) HSI_TRY(exchange_partials(&c, nb));
     for (int64_t j = 0; j < nb; j++) {
         int64_t n = 0;
         double m = 0, m2 = 0, mn = INFINITY, mx = -INFINITY;

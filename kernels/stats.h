@@ -12,6 +12,20 @@
 extern "C" {
 #endif
 
+/* One pass shared by several processes (MPI ranks, each with its own
+ * threads): this process reads only the chunks of lines k (the kernels'
+ * fixed chunks) with k % n_parts == part, and `exchange` combines every
+ * process's per-chunk partials before the merge: elementwise max, where
+ * each element is finite on the one process that read its chunk and -inf
+ * on the others (MPI_Allreduce with MPI_MAX). Every process then merges the
+ * chunks in order and gets the bits one process gets. NULL or n_parts <= 1:
+ * the whole cube here. */
+typedef struct hsi_pass_split {
+    int part, n_parts;
+    hsi_status (*exchange)(void *ctx, double *v, int64_t n);
+    void *ctx;
+} hsi_pass_split;
+
 typedef struct hsi_stats_opts {
     /* (lines, samples) view of any real dtype, nonzero = use the pixel;
      * NULL = every pixel. */
@@ -24,6 +38,7 @@ typedef struct hsi_stats_opts {
     int64_t tile_lines;  /* lines per tile per thread (0 = 64) */
     int n_threads;       /* 0 = hsi_threads() */
     const char *progress_label; /* NULL = no progress bar */
+    const hsi_pass_split *split; /* NULL = one process (no histogram when split) */
 } hsi_stats_opts;
 
 /* Results; every array has n_bands entries unless said otherwise.

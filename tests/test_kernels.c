@@ -4,6 +4,7 @@
  * interleave, dtype and byte order; fused == unfused; masks; ignore value. */
 #include "test.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "kernels/bands.h"
@@ -970,6 +971,120 @@ static void test_stats_threads_same_bits(void)
     hsi_view_release(&mk);
 }
 
+/* A split pass (hsi_pass_split) as N processes would run it, here N
+ * threads meeting at a barrier to combine their partials by elementwise max
+ * (what MPI_Allreduce with MPI_MAX does): every part gets the unsplit
+ * result, bit for bit, for N = 2, 3, 5 and 9 (more parts than the 8 chunks
+ * of the 8-line cube: one part reads nothing). */
+typedef struct split_world {
+    pthread_barrier_t bar;
+    double *acc;
+    int64_t n;
+    pthread_mutex_t lock;
+} split_world;
+
+static hsi_status split_exchange(void *ctx, double *v, int64_t n)
+{
+    split_world *w = ctx;
+    pthread_mutex_lock(&w->lock);
+    if (!w->acc) {
+        w->acc = malloc(sizeof(double) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) w->acc[i] = -INFINITY;
+        w->n = n;
+    }
+    for (int64_t i = 0; i < n && n == w->n; i++) w->acc[i] = v[i] > w->acc[i] ? v[i] : w->acc[i];
+    pthread_mutex_unlock(&w->lock);
+    pthread_barrier_wait(&w->bar);
+    memcpy(v, w->acc, sizeof(double) * (size_t)n);
+    if (pthread_barrier_wait(&w->bar) == PTHREAD_BARRIER_SERIAL_THREAD) { /* all copied: reset */
+        free(w->acc);
+        w->acc = NULL;
+    }
+    pthread_barrier_wait(&w->bar);
+    return HSI_OK;
+}
+
+typedef struct split_rank {
+    split_world *w;
+    hsi_pass_split sp;
+    const hsi_view *cube, *mask;
+    hsi_stats st;
+    double mean[16], cov[256];
+    int64_t n;
+    hsi_status rc;
+} split_rank;
+
+static void *split_rank_main(void *p)
+{
+    split_rank *r = p;
+    hsi_stats_opts so = {.mask = r->mask, .n_threads = 2, .split = &r->sp};
+    r->rc = hsi_stats_covariance(&r->st, r->mean, r->cov, &r->n, r->cube, NULL, 0, &so);
+    return NULL;
+}
+
+static void test_stats_split_parts(void)
+{
+    dims();
+    CU_ASSERT_FATAL(B_ <= 16);
+    int64_t N = L_ * S_;
+    hsi_view mk = make_mask(ref("mask", N), L_, S_, HSI_U8);
+    size_t bb = sizeof(double) * (size_t)B_;
+    int bad = 0;
+    for (int k = 0; k < 2; k++)
+        for (int masked = 0; masked < 2; masked++) {
+            hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, k ? HSI_F32 : HSI_U16, k ? BIP : BSQ, 0);
+            hsi_stats ref_s;
+            double ref_m[16], ref_c[256];
+            int64_t ref_n = 0;
+            hsi_stats_opts so = {.mask = masked ? &mk : NULL, .n_threads = 3};
+            HSI_CHECK_OK(hsi_stats_covariance(&ref_s, ref_m, ref_c, &ref_n, &v, NULL, 0, &so));
+            const int parts[4] = {2, 3, 5, 9};
+            for (int q = 0; q < 4; q++) {
+                int np = parts[q];
+                split_world w = {.acc = NULL};
+                pthread_barrier_init(&w.bar, NULL, (unsigned)np);
+                pthread_mutex_init(&w.lock, NULL);
+                split_rank r[9];
+                pthread_t th[9];
+                for (int i = 0; i < np; i++) {
+                    r[i] = (split_rank){.w = &w, .sp = {i, np, split_exchange, &w}, .cube = &v,
+                                        .mask = masked ? &mk : NULL};
+                    pthread_create(&th[i], NULL, split_rank_main, &r[i]);
+                }
+                for (int i = 0; i < np; i++) pthread_join(th[i], NULL);
+                for (int i = 0; i < np; i++) {
+                    HSI_CHECK_OK(r[i].rc);
+                    if (r[i].rc != HSI_OK) continue;
+                    if (r[i].n != ref_n || memcmp(r[i].mean, ref_m, bb) || memcmp(r[i].cov, ref_c, bb * (size_t)B_) ||
+                        memcmp(r[i].st.mean, ref_s.mean, bb) || memcmp(r[i].st.var, ref_s.var, bb) ||
+                        memcmp(r[i].st.min, ref_s.min, bb) || memcmp(r[i].st.max, ref_s.max, bb) ||
+                        memcmp(r[i].st.count, ref_s.count, sizeof(int64_t) * (size_t)B_)) {
+                        fprintf(stderr, "\n  part %d of %d (%s, mask %d) differs from one process", i, np,
+                                k ? "f32 bip" : "u16 bsq", masked);
+                        bad++;
+                    }
+                    hsi_stats_free(&r[i].st);
+                }
+                pthread_barrier_destroy(&w.bar);
+                pthread_mutex_destroy(&w.lock);
+            }
+            hsi_stats_free(&ref_s);
+            hsi_view_release(&v);
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* a histogram is not split; a split without an exchange is refused */
+    hsi_view v = make_cube(ref("cube", -1), B_, L_, S_, HSI_U16, BSQ, 0);
+    hsi_pass_split sp = {0, 2, split_exchange, NULL};
+    hsi_stats_opts sh = {.hist_bins = 4, .split = &sp};
+    hsi_stats s;
+    CU_ASSERT_EQUAL(hsi_stats_compute(&s, &v, &sh), HSI_ERR_UNSUPPORTED);
+    hsi_pass_split nox = {1, 2, NULL, NULL};
+    hsi_stats_opts sn = {.split = &nox};
+    CU_ASSERT_EQUAL(hsi_stats_compute(&s, &v, &sn), HSI_ERR_ARG);
+    hsi_view_release(&v);
+    hsi_view_release(&mk);
+}
+
 HSI_SUITE(kernels_stats, 0, {"stats: 3 dtypes x 3 interleaves x 2 byte orders x 1-3 threads", test_stats_layouts},
           {"stats: naive reference path", test_stats_reference_path},
           {"stats: crop + band subset views", test_stats_subview}, {"stats: pixel masks", test_stats_mask},
@@ -977,7 +1092,8 @@ HSI_SUITE(kernels_stats, 0, {"stats: 3 dtypes x 3 interleaves x 2 byte orders x 
           {"stats: histogram + percentiles", test_stats_histogram},
           {"stats: mmap'd cube, tiles released", test_mapped_cube},
           {"stats + covariance in one read == two passes, bit for bit", test_stats_covariance_one_pass},
-          {"stats and covariance: the same bits on 1, 2, 3, 5 threads", test_stats_threads_same_bits})
+          {"stats and covariance: the same bits on 1, 2, 3, 5 threads", test_stats_threads_same_bits},
+          {"stats + covariance split across 2, 3, 5, 9 parts == one process", test_stats_split_parts})
 HSI_SUITE(kernels_normalize, 0, {"normalize: zscore/minmax/global/l2, unfused + fused", test_normalize_modes},
           {"normalize: gain/offset/reflectance scale", test_normalize_calibration})
 HSI_SUITE(kernels_pca, 0, {"pca: sklearn fit on 18 layouts + scores", test_pca_fit_layouts},
