@@ -6,22 +6,28 @@
 
 SHELL     := /bin/bash
 NPROC     := $(shell nproc 2>/dev/null || echo 2)
-BUILD     ?= build
+# MPI=1 builds in build-mpi unless BUILD says otherwise (other objects)
+BUILD     ?= $(if $(filter 1,$(MPI)),build-mpi,build)
 PREFIX    ?= /usr/local
 CC        ?= cc
 # Any x86-64 with AVX2 and FMA (x86-64-v3); OPT=-march=native for this CPU
 # only. The hand-written AVX2 kernels also check the CPU at run time.
 OPT       ?= -O3 -march=x86-64-v3
-PKGS      := openblas lapacke matio libxml-2.0 zlib libcjson
+# cairo: the run report's and profile's charts (io/plot.c); linked, not
+# dlopened: it adds about 2 ms to start-up (hyperfine; GDAL adds far more)
+PKGS      := openblas lapacke matio libxml-2.0 zlib libcjson cairo
 # GDAL: headers at build time only; io/gdal_io.c dlopens GDAL_SONAME on the
 # first GDAL format (nothing links -lgdal but hsi_tests, whose GDAL suites
 # check hsi's files with GDAL itself). Not in hsi.pc's Requires.private.
 GDAL_PKG  := gdal
 TEST_PKGS := cunit
 
+MPI_BUILD ?= build-mpi
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
 CUDA_ARCH ?= sm_90
+# the NCCL plugin of an MPI build needs nvcc even with CUDA=0 (NCCL=0: none)
+NCCL_NVCC := $(if $(filter 0,$(NCCL)),,$(NVCC))
 ifeq ($(CUDA),0)
   NVCC :=
 endif
@@ -41,6 +47,32 @@ override CFLAGS += -std=gnu11 -fPIC -pthread -fno-math-errno $(WARN) -MMD -MP -I
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
 $(BUILD)/io/gdal_io.o: override CFLAGS += -DHSI_GDAL_SONAME='"$(GDAL_SONAME)"'
+
+# MPI=1: core/dist.c is compiled over Open MPI (pkg-config ompi-c, else
+# mpicc --showme) and every program links libmpi, for `mpirun -np N hsi`.
+# The default build has no MPI header or library: core/dist.c is then the
+# one-rank implementation of the same calls.
+ifeq ($(MPI),1)
+  MPI_PKG    ?= ompi-c
+  MPI_CFLAGS := $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null || mpicc --showme:compile 2>/dev/null)
+  MPI_LIBS   := $(shell pkg-config --libs $(MPI_PKG) 2>/dev/null || mpicc --showme:link 2>/dev/null)
+  MPI_MSG    := MPI via $(if $(MPI_LIBS),$(MPI_LIBS),NOTHING FOUND - run HSI_MPI=1 scripts/install-deps.sh)
+  $(BUILD)/core/dist.o: override CFLAGS += -DHSI_MPI=1 $(MPI_CFLAGS)
+  $(BUILD)/tests/mpi/%.o: override CFLAGS += -DHSI_MPI=1 $(MPI_CFLAGS)
+  LDLIBS     += $(MPI_LIBS)
+  MPI_BINS   := $(BUILD)/hsi_dist_check
+  # NCCL for device gradients: its own small plugin (core/nccl/*.cu, not
+  # the CUDA plugin), built where nvcc and nccl.h are found; libhsi
+  # dlopens it on the first hsi_nccl_open
+  NCCL_H     := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+  ifneq ($(and $(NCCL_NVCC),$(NCCL_H)),)
+    MPI_BINS += $(BUILD)/libhsi_nccl.so
+    MPI_MSG  += with NCCL ($(NCCL_H))
+  endif
+else
+  MPI_MSG    := one process (MPI=1 for mpirun)
+  MPI_BINS   :=
+endif
 
 LIB_DIRS := core io kernels pipeline models
 LIB_C    := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
@@ -81,12 +113,12 @@ SOLIB    := $(BUILD)/libhsi.so.$(SOVER)
 BIN      := $(BUILD)/hsi
 TESTBIN  := $(BUILD)/hsi_tests
 
-.PHONY: all deps test test-cuda test-python python san fuzz demo bench install install-check clean fixtures banner format
+.PHONY: all deps test test-mpi test-cuda test-python python san fuzz demo bench install install-check clean fixtures banner format
 
-all: banner $(LIB) $(SOLIB) $(BIN) $(CU_PLUGIN)
+all: banner $(LIB) $(SOLIB) $(BIN) $(CU_PLUGIN) $(MPI_BINS)
 
 banner:
-	@echo "hsi build: $(CUDA_MSG); libraries: $(if $(PKG_LIBS),found ($(PKGS)),MISSING - run scripts/install-deps.sh)"
+	@echo "hsi build: $(CUDA_MSG); $(MPI_MSG); libraries: $(if $(PKG_LIBS),found ($(PKGS)),MISSING - run scripts/install-deps.sh)"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -126,7 +158,25 @@ $(TESTBIN): $(TEST_OBJ) $(LIB)
 	$(CC) $(CFLAGS) -rdynamic -o $@ $(TEST_OBJ) $(LIB) $(TEST_LIBS) $(LDLIBS)
 
 deps:
-	@bash scripts/install-deps.sh
+	@$(if $(filter 1,$(MPI)),HSI_MPI=1 )bash scripts/install-deps.sh
+
+# The NCCL plugin: one .cu, linked with libnccl and cudart (rpath).
+$(BUILD)/libhsi_nccl.so: core/nccl/dist_nccl.cu core/dist_nccl.h
+	@mkdir -p $(dir $@)
+	$(NCCL_NVCC) -O2 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden -I. -shared -o $@ $< \
+	    -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
+
+# The MPI checks (tests/mpi/dist_check.c under mpirun) that the dist
+# suites run; only built with MPI=1.
+$(BUILD)/hsi_dist_check: $(BUILD)/tests/mpi/dist_check.o $(LIB)
+	$(CC) $(CFLAGS) -rdynamic -o $@ $< $(LIB) $(LDLIBS)
+
+# The MPI build and its suites: mpirun --oversubscribe -np 1..4 of
+# hsi_dist_check and of hsi commands (batch, train), each under a timeout.
+test-mpi:
+	@HSI_MPI=1 bash scripts/install-deps.sh
+	@$(MAKE) --no-print-directory -j$(NPROC) MPI=1 CUDA=0 BUILD=$(MPI_BUILD) all $(MPI_BUILD)/hsi_tests
+	./$(MPI_BUILD)/hsi_tests dist
 
 # The whole suite; exit status = failures (see tests/runner.c).
 test: deps
@@ -165,7 +215,8 @@ san: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-san CUDA=0 OPT="-O1 -fno-omit-frame-pointer" \
 	    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    build-san/hsi build-san/hsi_tests build-san/libhsi.so.$(SOVER)
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./build-san/hsi_tests $(TESTS)
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	    UBSAN_OPTIONS=print_stacktrace=1 ./build-san/hsi_tests $(TESTS)
 	@# the Python package over the sanitized libhsi.so (lifetimes, handles, bad arguments)
 	@if [ -z "$(TESTS)" ] && /usr/bin/python3 -c 'import numpy, pytest' 2>/dev/null; then \
 	    cd python && LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
@@ -208,7 +259,7 @@ fixtures:
 
 # Public headers: every header of the library's folders but the private
 # ones below; installed in their folders, plus hsi/hsi.h that includes all.
-PRIVATE_H := core/cuda_plugin.h kernels/cuda_internal.h kernels/kern_internal.h \
+PRIVATE_H := core/cuda_plugin.h core/dist_nccl.h kernels/cuda_internal.h kernels/kern_internal.h \
              pipeline/run_internal.h models/ops_kern.h models/tensor_impl.h \
              kernels/cuda_ops.h models/cuda_ops.h pipeline/cuda_ops.h
 PUBLIC_H  := $(filter-out $(PRIVATE_H),$(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.h))))
@@ -244,6 +295,6 @@ format:
 	clang-format -i $(LIB_C) $(CLI_C) $(TEST_C) $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.h))
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-mpi
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/dist.h"
 
 /* How each command takes its arguments: positionals before the cube
  * (predict's run directory), whether it writes an output named after the
@@ -291,6 +292,158 @@ const char *hsi_cli_batch_usage(const char *name)
     return buf;
 }
 
+/* What the summary counts, and the JSON array's separator state. */
+typedef struct reporter {
+    const char *cmd;
+    int n, json, n_json, n_done, n_failed, n_skipped;
+    char **inputs, **outs;
+} reporter;
+
+/* Cube i's output, its line on stderr and its count. */
+static void report(reporter *r, job *jobs, int i)
+{
+    job *j = &jobs[i];
+    char line[1024];
+    if (j->status == 1) {
+        r->n_done++;
+        if (r->json && j->n_out && r->n_json++) fputs(",\n", stdout);
+        if (j->n_out) fwrite(j->out, 1, j->n_out, stdout);
+        if (j->n_err) fwrite(j->err, 1, j->n_err, stderr); /* its warnings */
+        if (r->outs[i])
+            fprintf(stderr, "[%d/%d] %s -> %s: done (%.1f s)\n", i + 1, r->n, r->inputs[i], r->outs[i],
+                    j->secs);
+    } else if (j->status == 2) {
+        r->n_failed++;
+        fprintf(stderr, "[%d/%d] %s: failed: %s\n", i + 1, r->n, r->inputs[i],
+                last_line(j->err, line, sizeof line));
+    } else if (j->status == 3) {
+        r->n_skipped++;
+        fprintf(stderr, "[%d/%d] %s: skipped, %s exists (--overwrite replaces it)\n", i + 1, r->n,
+                r->inputs[i], r->outs[i]);
+    }
+}
+
+/* Bytes of a cube: the file, and for a header the largest data file
+ * beside it (scene.hdr: scene, scene.img, .raw, .dat, .bsq, .bil, .bip). */
+static double cube_bytes(const char *path)
+{
+    struct stat sb;
+    double best = stat(path, &sb) == 0 ? (double)sb.st_size : 0;
+    size_t n = strlen(path);
+    if (n > 4 && !strcasecmp(path + n - 4, ".hdr")) {
+        static const char *const ext[] = {"", ".img", ".raw", ".dat", ".bsq", ".bil", ".bip", NULL};
+        for (int k = 0; ext[k]; k++) {
+            char p[4096];
+            snprintf(p, sizeof p, "%.*s%s", (int)(n - 4), path, ext[k]);
+            if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && (double)sb.st_size > best)
+                best = (double)sb.st_size;
+        }
+    }
+    return best;
+}
+
+static const double *g_sort_bytes;
+static int cmp_largest(const void *a, const void *b)
+{
+    int i = *(const int *)a, k = *(const int *)b;
+    if (g_sort_bytes[i] != g_sort_bytes[k]) return g_sort_bytes[i] < g_sort_bytes[k] ? 1 : -1;
+    return i - k; /* ties in input order */
+}
+
+/* Several ranks: rank 0 sorts the cubes largest first and deals them out
+ * round-robin (rank 0 the largest, rank 1 the next...), the same plan on
+ * every rank; this rank's others are marked 5. Deterministic: the same
+ * inputs give the same plan. */
+static int assign_ranks(job *jobs, char **inputs, int n)
+{
+    const int N = hsi_dist_size(), me = hsi_dist_rank();
+    int *owner = calloc((size_t)n, sizeof *owner), *order = malloc((size_t)n * sizeof *order);
+    double *bytes = malloc((size_t)n * sizeof *bytes);
+    int ok = owner && order && bytes;
+    if (ok && me == 0) {
+        for (int i = 0; i < n; i++) bytes[i] = cube_bytes(inputs[i]), order[i] = i;
+        g_sort_bytes = bytes;
+        qsort(order, (size_t)n, sizeof *order, cmp_largest);
+        for (int k = 0; k < n; k++) owner[order[k]] = k % N;
+    }
+    if (!ok) hsi_fail(HSI_ERR_NOMEM, "out of memory");
+    /* every rank takes part in the broadcast, even one out of memory (the
+     * failure then ends the job through MPI_Abort) */
+    ok = ok && hsi_dist_bcast(owner, (size_t)n * sizeof *owner, 0) == HSI_OK;
+    for (int i = 0; ok && i < n; i++)
+        if (owner[i] != me) jobs[i].status = 5;
+    free(owner), free(order), free(bytes);
+    return ok;
+}
+
+/* Serialised results of this rank's cubes: (index, status, secs, out, err). */
+static void put(char **b, size_t *n, const void *p, size_t k) { append(b, n, p, k); }
+
+static int gather_jobs(job *jobs, int n)
+{
+    char *blob = NULL, *all = NULL;
+    size_t nb = 0;
+    int64_t *sizes = NULL;
+    put(&blob, &nb, "", 0);
+    for (int i = 0; i < n; i++) {
+        job *j = &jobs[i];
+        if (j->status == 5) continue;
+        int64_t idx = i, st = j->status, no = (int64_t)j->n_out, ne = (int64_t)j->n_err;
+        put(&blob, &nb, &idx, sizeof idx);
+        put(&blob, &nb, &st, sizeof st);
+        put(&blob, &nb, &j->secs, sizeof j->secs);
+        put(&blob, &nb, &no, sizeof no);
+        if (no) put(&blob, &nb, j->out, (size_t)no);
+        put(&blob, &nb, &ne, sizeof ne);
+        if (ne) put(&blob, &nb, j->err, (size_t)ne);
+    }
+    hsi_status st = hsi_dist_gather_bytes(&all, &sizes, blob ? blob : "", (int64_t)nb, 0);
+    free(blob);
+    if (st != HSI_OK) return 0;
+    int64_t counts[3] = {0, 0, 0}; /* failed, not started, pending: for every rank's exit status */
+    if (hsi_dist_rank() == 0) {
+        const char *p = all;
+        int64_t total = 0;
+        for (int r = 0; r < hsi_dist_size(); r++) total += sizes[r];
+        const char *end = all + total;
+        while (p + 4 * sizeof(int64_t) + sizeof(double) <= end) {
+            int64_t idx, stt, no, ne;
+            double secs;
+            memcpy(&idx, p, 8), p += 8;
+            memcpy(&stt, p, 8), p += 8;
+            memcpy(&secs, p, 8), p += 8;
+            memcpy(&no, p, 8), p += 8;
+            if (idx < 0 || idx >= n || no < 0 || p + no + 8 > end) break;
+            job *j = &jobs[idx];
+            if (j->status == 5) { /* another rank's cube: take its result */
+                j->status = (int)stt;
+                j->secs = secs;
+                if (no) append(&j->out, &j->n_out, p, (size_t)no);
+            }
+            p += no;
+            memcpy(&ne, p, 8), p += 8;
+            if (ne < 0 || p + ne > end) break;
+            if (ne && j->n_err == 0) append(&j->err, &j->n_err, p, (size_t)ne);
+            p += ne;
+        }
+        for (int i = 0; i < n; i++) {
+            counts[0] += jobs[i].status == 2;
+            counts[1] += jobs[i].status == 4 || jobs[i].status == 0 || jobs[i].status == 5;
+        }
+    }
+    free(all);
+    free(sizes);
+    /* every rank learns the totals, so every rank exits with the same status */
+    if (hsi_dist_bcast(counts, sizeof counts, 0) != HSI_OK) return 0;
+    if (hsi_dist_rank() != 0)
+        for (int i = 0; i < n; i++) {
+            jobs[i].status = 1; /* its own totals are rank 0's */
+            if (i < counts[0]) jobs[i].status = 2;
+            else if (i < counts[0] + counts[1]) jobs[i].status = 4;
+        }
+    return 1;
+}
+
 int hsi_cli_batch(const hsi_cli_cmd *c, int argc, char **argv, int *rc)
 {
     const batch_spec *s = spec_of(c->name);
@@ -401,16 +554,24 @@ int hsi_cli_batch(const hsi_cli_cmd *c, int argc, char **argv, int *rc)
         struct stat sb;
         if (outs[i] && !overwrite && stat(outs[i], &sb) == 0) jobs[i].status = 3;
     }
+    reporter rp = {.cmd = cmd, .n = n, .inputs = inputs.v, .outs = outs, .json = json};
+    if (json && hsi_dist_rank() == 0) fputs("[\n", stdout);
+    /* under mpirun: this rank's share (the others are marked 5) */
+    const int ranks = hsi_dist_size();
+    if (ranks > 1 && !assign_ranks(jobs, inputs.v, n)) {
+        fprintf(stderr, "hsi %s [rank %d/%d]: cannot share the cubes between the ranks: %s\n", cmd,
+                hsi_dist_rank(), ranks, hsi_last_error());
+        goto free_jobs;
+    }
     hsi_progress pr;
     hsi_progress_begin(&pr, cmd, n);
-    int next = 0, running = 0, printed = 0, n_done = 0, n_failed = 0, n_skipped = 0, stop = 0;
-    int n_json = 0;
-    if (json) fputs("[\n", stdout);
+    if (ranks > 1) pr.active = 0; /* N bars on one terminal would be noise */
+    int next = 0, running = 0, printed = 0, stop = 0;
     while (printed < n) {
         /* start cubes while there are free slots */
         while (!stop && running < J && next < n) {
             job *j = &jobs[next];
-            if (j->status == 3) {
+            if (j->status == 3 || j->status == 5) {
                 next++;
                 continue;
             }
@@ -447,29 +608,10 @@ int hsi_cli_batch(const hsi_cli_cmd *c, int argc, char **argv, int *rc)
             running--;
             if (j->status == 2 && !cont) stop = 1;
         }
-        /* report in input order */
+        /* report in input order (several ranks: rank 0 does, at the end) */
         while (printed < n && (jobs[printed].status || (stop && printed >= next))) {
-            job *j = &jobs[printed];
-            char line[1024];
-            if (j->status == 1) {
-                n_done++;
-                if (json && j->n_out && n_json++) fputs(",\n", stdout);
-                if (j->n_out) fwrite(j->out, 1, j->n_out, stdout);
-                if (j->n_err) fwrite(j->err, 1, j->n_err, stderr); /* its warnings */
-                if (outs[printed])
-                    fprintf(stderr, "[%d/%d] %s -> %s: done (%.1f s)\n", printed + 1, n,
-                            inputs.v[printed], outs[printed], j->secs);
-            } else if (j->status == 2) {
-                n_failed++;
-                fprintf(stderr, "[%d/%d] %s: failed: %s\n", printed + 1, n, inputs.v[printed],
-                        last_line(j->err, line, sizeof line));
-            } else if (j->status == 3) {
-                n_skipped++;
-                fprintf(stderr, "[%d/%d] %s: skipped, %s exists (--overwrite replaces it)\n",
-                        printed + 1, n, inputs.v[printed], outs[printed]);
-            } else {
-                j->status = 4; /* not started: an earlier cube failed */
-            }
+            if (!jobs[printed].status) jobs[printed].status = 4; /* not started: a cube failed */
+            if (ranks == 1) report(&rp, jobs, printed);
             printed++;
             hsi_progress_update(&pr, printed);
         }
@@ -479,20 +621,37 @@ int hsi_cli_batch(const hsi_cli_cmd *c, int argc, char **argv, int *rc)
         }
     }
     hsi_progress_end(&pr);
-    if (json) fputs("\n]\n", stdout);
-    int n_left = 0;
-    for (int i = 0; i < n; i++) n_left += jobs[i].status == 4 || jobs[i].status == 0;
-    fprintf(stderr, "hsi %s: %d cube%s: %d done, %d failed, %d skipped", cmd, n, n == 1 ? "" : "s",
-            n_done, n_failed, n_skipped);
-    if (n_left) fprintf(stderr, ", %d not started (a cube failed; --continue-on-error goes on)", n_left);
-    fputc('\n', stderr);
-    if (n_failed) {
-        char line[1024];
-        for (int i = 0; i < n; i++)
-            if (jobs[i].status == 2)
-                fprintf(stderr, "  failed: %s: %s\n", inputs.v[i], last_line(jobs[i].err, line, sizeof line));
+    if (ranks > 1) { /* every rank's cubes to rank 0, which reports them in input order */
+        if (!gather_jobs(jobs, n)) {
+            fprintf(stderr, "hsi %s [rank %d/%d]: cannot collect the ranks' results: %s\n", cmd,
+                    hsi_dist_rank(), ranks, hsi_last_error());
+            goto free_jobs;
+        }
+        if (hsi_dist_rank() == 0)
+            for (int i = 0; i < n; i++) report(&rp, jobs, i);
+    }
+    int n_left = 0, n_failed = 0;
+    for (int i = 0; i < n; i++) {
+        n_left += jobs[i].status == 4 || jobs[i].status == 0;
+        n_failed += jobs[i].status == 2;
+    }
+    if (hsi_dist_rank() == 0) {
+        if (json) fputs("\n]\n", stdout);
+        fprintf(stderr, "hsi %s: %d cube%s: %d done, %d failed, %d skipped", cmd, n, n == 1 ? "" : "s",
+                rp.n_done, rp.n_failed, rp.n_skipped);
+        if (n_left) fprintf(stderr, ", %d not started (a cube failed; --continue-on-error goes on)", n_left);
+        if (ranks > 1) fprintf(stderr, " (%d ranks)", ranks);
+        fputc('\n', stderr);
+        if (n_failed) {
+            char line[1024];
+            for (int i = 0; i < n; i++)
+                if (jobs[i].status == 2)
+                    fprintf(stderr, "  failed: %s: %s\n", inputs.v[i], last_line(jobs[i].err, line, sizeof line));
+        }
     }
     *rc = n_failed || n_left ? HSI_EXIT_FAIL : HSI_EXIT_OK;
+    if (ranks > 1) hsi_cli_dist_agreed = 1; /* every rank has every cube's status */
+free_jobs:
     for (int i = 0; i < n; i++) {
         free(outs[i]);
         free(jobs[i].out);

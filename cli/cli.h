@@ -26,7 +26,13 @@ void hsi_cli_register(const hsi_cli_cmd *cmd);
 /* Exit codes: 0 ok, 1 failure (error printed), 2 usage error. */
 enum { HSI_EXIT_OK = 0, HSI_EXIT_FAIL = 1, HSI_EXIT_USAGE = 2 };
 
-/* Prints "hsi CMD: <hsi_last_error()>" and returns HSI_EXIT_FAIL. */
+/* Under mpirun: set by a command whose exit status every rank agrees on
+ * (the batch's summary), so a failure ends the job normally instead of
+ * through MPI_Abort. */
+extern int hsi_cli_dist_agreed;
+
+/* Prints "hsi CMD: <hsi_last_error()>" ("hsi CMD [rank R/N]: ..." under
+ * mpirun with several ranks) and returns HSI_EXIT_FAIL. */
 int hsi_cli_fail(const char *cmd, hsi_status st);
 /* Prints "hsi CMD: message" + a hint to --help, returns HSI_EXIT_USAGE. */
 int hsi_cli_usage_error(const char *cmd, const char *fmt, ...)

@@ -327,7 +327,7 @@ HSI_CLI_COMMAND(bench_io, {"bench-io", "(reached as 'hsi bench io')",
 
 static int bench_run(int argc, char **argv)
 {
-    if (argc < 2) return hsi_cli_usage_error("bench", "what? (io, model, layers)");
+    if (argc < 2) return hsi_cli_usage_error("bench", "what? (io, model, layers, dist)");
     char name[64];
     snprintf(name, sizeof name, "bench-%s", argv[1]);
     const hsi_cli_cmd *c = hsi_cli_find(name);
@@ -342,6 +342,8 @@ HSI_CLI_COMMAND(bench, {"bench", "throughput benchmarks: hsi bench io|model|laye
                         "  io       open time and full-pass GB/s per interleave vs memcpy\n"
                         "  model    training/inference samples/s of a model (hsi bench model --help)\n"
                         "  layers   per-layer forward/backward times of cnn2d\n"
+                        "  dist     data-parallel training under mpirun: samples/s, E(N), phases,\n"
+                        "           allreduce bandwidth and a network cost model\n"
                         "\n"
                         "make bench runs them (and bench/bench_kernels.sh for statistics, the\n"
                         "fused pass and PCA) with the Python comparisons (SPy, GDAL,\n"

@@ -360,6 +360,9 @@ static void emit(const hsi_meta *m, const hsi_cube *c, int json, const char *err
             if (w) cJSON_AddItemToArray(w, cJSON_CreateString(note));
             hsi_warn("%s", note);
         }
+        /* stdout holds JSON: the header's warnings go to stderr too, once
+         * (hsi_meta_warn does not print them while info runs) */
+        for (int i = 0; i < m->n_warnings; i++) hsi_warn("%s", m->warnings[i]);
         char *s = cJSON_Print(o);
         if (s) puts(s);
         free(s);
@@ -402,6 +405,8 @@ static int info_run(int argc, char **argv)
         }
     }
     if (!path) return hsi_cli_usage_error("info", "which file? (hsi info FILE)");
+    /* the report shows every warning of the header: not on stderr as well */
+    hsi_meta_warn_echo(0);
     hsi_cube c;
     hsi_cube_init(&c);
     hsi_status st = hsi_cube_open(&c, path, &opt);

@@ -8,10 +8,12 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "core/dist.h"
 #include "io/cube.h"
 #include "io/labels.h"
 #include "models/nn.h"
 #include "models/optim.h"
+#include "pipeline/report.h"
 #include "pipeline/run.h"
 #include "pipeline/trainer.h"
 
@@ -27,7 +29,9 @@ static const char train_usage[] =
     "per-class recall/precision/F1, confusion matrix, split counts, timings),\n"
     "split.hdr (each pixel's role) + split.json, map.hdr + map (ENVI\n"
     "classification), map.png (with legend), map.tif (when the cube is\n"
-    "georeferenced), train.log, train_state.safetensors (for --resume). The\n"
+    "georeferenced), train.log, history.csv (per epoch), train_state.safetensors\n"
+    "(for --resume), curves.png, confusion.png, spectra.png and report.html (one\n"
+    "page with the configuration, metrics, pictures, timings and protocol). The\n"
     "files are described in docs/run-directory.md.\n"
     "\n"
     "model and data:\n"
@@ -68,7 +72,24 @@ static const char train_usage[] =
     "                      checkpoints on the host; not yet run on a real GPU); auto: cpu\n"
     "  --resume            continue from DIR/train_state.safetensors\n"
     "  --overwrite         replace a run already in DIR (refused otherwise)\n"
-    "  --quiet             no progress lines\n";
+    "  --quiet             no progress lines\n"
+    "several ranks (mpirun -np N hsi train ..., a build with make MPI=1):\n"
+    "  data-parallel: --batch is the global batch, split in N equal slices;\n"
+    "  rank 0's weights go to all ranks, gradients are summed in buckets while\n"
+    "  backward runs, rank 0 validates and writes every file; --resume works on\n"
+    "  any N. The cores of a node are shared between its ranks.\n"
+    "  --bn local|sync     batch norm over each rank's slice (default) or over the\n"
+    "                      global batch (SyncBatchNorm: equal to one process)\n"
+    "  --deterministic     the same bits for any N: fixed tiles of --tile samples\n"
+    "                      summed in a fixed tree (with --bn local; batch norm per tile)\n"
+    "  --tile N            samples per forward/backward pass (default: a rank's slice;\n"
+    "                      --deterministic: 4); gradients of the tiles accumulate\n"
+    "  --bucket-mb X       gradient bucket size (25; the first bucket 1 MiB)\n"
+    "  --no-overlap        allreduce after backward instead of during it\n"
+    "  --hash-every N      check every N steps that all ranks hold the same weights\n"
+    "                      (50; 0 = never)\n"
+    "  --ddp               the data-parallel path on one process too (the reference\n"
+    "                      for N ranks: same sampler, dropout and augmentation draws)\n";
 
 static int parse_train_args(hsi_train_config *c, int argc, char **argv, const char *cmd,
                             const char **out, int *list, int *quiet)
@@ -172,6 +193,25 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
             if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 256, &k)) return HSI_EXIT_USAGE;
             c->threads = (int)k;
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) { NEED("--device"); c->device = v; }
+        else if (hsi_cli_opt(argc, argv, &i, "--bn", &v)) {
+            NEED("--bn");
+            if (!strcmp(v, "sync")) c->bn_sync = 1;
+            else if (!strcmp(v, "local")) c->bn_sync = 0;
+            else return hsi_cli_usage_error(cmd, "--bn expects local or sync");
+        } else if (!strcmp(argv[i], "--deterministic")) c->deterministic = 1;
+        else if (!strcmp(argv[i], "--ddp")) c->ddp = 1;
+        else if (!strcmp(argv[i], "--no-overlap")) c->no_overlap = 1;
+        else if (hsi_cli_opt(argc, argv, &i, "--tile", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--tile", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
+            c->tile = (int)k;
+        } else if (hsi_cli_opt(argc, argv, &i, "--bucket-mb", &v)) {
+            if (!hsi_cli_parse_double(cmd, "--bucket-mb", v, &d)) return HSI_EXIT_USAGE;
+            if (!(d > 0 && d <= 4096)) return hsi_cli_usage_error(cmd, "--bucket-mb must be in (0, 4096]");
+            c->bucket_mb = d;
+        } else if (hsi_cli_opt(argc, argv, &i, "--hash-every", &v)) {
+            if (!hsi_cli_parse_int(cmd, "--hash-every", v, 0, 1 << 30, &k)) return HSI_EXIT_USAGE;
+            c->hash_every = k == 0 ? -1 : (int)k;
+        }
         else if (!strcmp(argv[i], "--resume")) c->resume = 1;
         else if (!strcmp(argv[i], "--overwrite")) c->overwrite = 1;
         else if (!strcmp(argv[i], "--quiet")) *quiet = 1;
@@ -220,7 +260,8 @@ static int print_event(void *ctx, const hsi_train_event *ev)
     return 0;
 }
 
-static int run_train_like(int argc, char **argv, const char *cmd, int profile)
+/* plot: profile's bar chart to write (NULL: none). */
+static int run_train_like(int argc, char **argv, const char *cmd, int profile, const char *plot)
 {
     hsi_train_config c;
     hsi_train_config_init(&c);
@@ -229,17 +270,21 @@ static int run_train_like(int argc, char **argv, const char *cmd, int profile)
     int rc = parse_train_args(&c, argc, argv, cmd, &out, &list, &quiet);
     if (rc != HSI_EXIT_OK) return rc;
     if (list) return list_models();
-    if (!quiet) {
+    int rank0 = hsi_dist_rank() == 0; /* under mpirun: rank 0 speaks for the job */
+    if (!quiet && rank0) {
         c.progress = print_event;
         c.progress_bars = 1;
     }
     hsi_train_result res;
     hsi_status st = hsi_train_run(&c, &res);
     if (st != HSI_OK) return hsi_cli_fail(cmd, st);
+    if (!rank0) return HSI_EXIT_OK;
     printf("\nOA %.2f %%  AA %.2f %%  kappa %.4f  (%lld test pixels)\n", 100 * res.oa, 100 * res.aa,
            res.kappa, (long long)res.n_test);
     printf("outputs in %s: model.safetensors preprocessing.safetensors pipeline.json metrics.json "
-           "split.hdr map.hdr map.png history.csv\n", c.out_dir);
+           "split.hdr map.hdr map.png history.csv report.html curves.png confusion.png spectra.png\n",
+           c.out_dir);
+    printf("report: %s/report.html\n", c.out_dir);
     printf("map picture: %s/map.png\n", c.out_dir);
     if (profile) {
         const hsi_train_profile *p = &res.prof;
@@ -256,11 +301,19 @@ static int run_train_like(int argc, char **argv, const char *cmd, int profile)
         printf("training steps: %lld, %lld samples, %.0f samples/s, loader wait %.1f %% of step time\n",
                (long long)p->steps, (long long)p->train_samples, res.train_samples_per_s,
                step > 0 ? 100 * p->loader_wait / step : 0);
+        if (p->ranks > 1)
+            printf("data-parallel: %d ranks, %d bucket%s of %.2f MB of gradients, allreduce not "
+                   "hidden by backward %.3f s (%.2f ms per step)%s\n",
+                   p->ranks, p->n_buckets, p->n_buckets == 1 ? "" : "s", p->grad_bytes / 1e6,
+                   p->comm_wait, p->steps ? 1e3 * p->comm_wait / (double)p->steps : 0,
+                   p->tree > 0 ? " (deterministic tree sum included)" : "");
         cJSON *j = cJSON_CreateObject();
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) cJSON_AddNumberToObject(j, rows[i].name, rows[i].s);
         cJSON_AddNumberToObject(j, "total", p->total);
         cJSON_AddNumberToObject(j, "steps", (double)p->steps);
         cJSON_AddNumberToObject(j, "train_samples_per_s", res.train_samples_per_s);
+        cJSON_AddNumberToObject(j, "ranks", p->ranks);
+        cJSON_AddNumberToObject(j, "comm_wait", p->comm_wait + p->tree);
         char *s = cJSON_PrintUnformatted(j);
         printf("%s\n", s);
         char jp[4096];
@@ -272,11 +325,15 @@ static int run_train_like(int argc, char **argv, const char *cmd, int profile)
         }
         free(s);
         cJSON_Delete(j);
+        if (plot) {
+            if ((st = hsi_report_profile_png(plot, p)) != HSI_OK) return hsi_cli_fail(cmd, st);
+            printf("bar chart: %s\n", plot);
+        }
     }
     return HSI_EXIT_OK;
 }
 
-static int train_run(int argc, char **argv) { return run_train_like(argc, argv, "train", 0); }
+static int train_run(int argc, char **argv) { return run_train_like(argc, argv, "train", 0, NULL); }
 
 HSI_CLI_COMMAND(train, {"train", "train a classifier on a labelled cube: metrics, map, model",
                         train_usage, train_run})
@@ -285,7 +342,44 @@ static int profile_run(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "train") != 0)
         return hsi_cli_usage_error("profile", "usage: hsi profile train CUBE LABELS --out DIR [train options]");
-    return run_train_like(argc - 1, argv + 1, "profile train", 1);
+    /* --plot FILE.png is profile's own; the rest goes to train, checked
+     * before any work (an existing FILE needs --overwrite) */
+    const char *plot = NULL;
+    int overwrite = 0, n = 0;
+    char **args = calloc((size_t)argc, sizeof *args);
+    if (!args) return hsi_cli_fail("profile", HSI_FAIL(HSI_ERR_NOMEM, "out of memory"));
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (hsi_cli_opt(argc, argv, &i, "--plot", &v)) {
+            if (!v || !*v) {
+                free(args);
+                return hsi_cli_usage_error("profile", "--plot needs a file name (FILE.png)");
+            }
+            plot = v;
+        } else {
+            overwrite |= !strcmp(argv[i], "--overwrite");
+            args[n++] = argv[i];
+        }
+    }
+    if (plot) {
+        size_t k = strlen(plot);
+        const char *slash = strrchr(plot, '/');
+        char dir[4096];
+        struct stat sb;
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - plot + (slash == plot)) : 1, slash ? plot : ".");
+        const char *why = k < 5 || strcasecmp(plot + k - 4, ".png") ? "must end in .png"
+                          : stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) ? "is in a folder that does not exist"
+                                                                        : NULL;
+        hsi_status st = why ? HSI_OK : hsi_cli_check_output(plot, NULL, NULL, overwrite);
+        if (why || st != HSI_OK) {
+            free(args);
+            return why ? hsi_cli_usage_error("profile", "--plot %s: the picture %s", plot, why)
+                       : hsi_cli_fail("profile", st);
+        }
+    }
+    int rc = run_train_like(n, args, "profile train", 1, plot);
+    free(args);
+    return rc;
 }
 
 HSI_CLI_COMMAND(profile, {"profile", "per-stage timings of a job: hsi profile train ...",
@@ -293,7 +387,10 @@ HSI_CLI_COMMAND(profile, {"profile", "per-stage timings of a job: hsi profile tr
                           "\n"
                           "Runs `hsi train` and prints the seconds spent per stage (read, split,\n"
                           "preprocess, loader wait, forward, backward, optimizer, validate,\n"
-                          "predict, write) as a table and as JSON (also DIR/profile.json).\n",
+                          "predict, write) as a table and as JSON (also DIR/profile.json).\n"
+                          "\n"
+                          "  --plot FILE.png   the seconds per stage as a bar chart too (900 x 480;\n"
+                          "                    an existing FILE is replaced only with --overwrite)\n",
                           profile_run})
 
 static int predict_run(int argc, char **argv)

@@ -1,6 +1,7 @@
 /* main.c — the `hsi` command: dispatches to self-registered subcommands,
  * prints help. Subcommands live one per file in cli/. */
 #include "cli.h"
+#include "core/dist.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -26,10 +27,14 @@ const hsi_cli_cmd *hsi_cli_find(const char *name)
     return NULL;
 }
 
+int hsi_cli_dist_agreed;
+
 int hsi_cli_fail(const char *cmd, hsi_status st)
 {
     const char *msg = hsi_last_error();
-    fprintf(stderr, "hsi %s: %s\n", cmd, msg && *msg ? msg : hsi_status_name(st));
+    char who[64] = "";
+    if (hsi_dist_size() > 1) snprintf(who, sizeof who, " [rank %d/%d]", hsi_dist_rank(), hsi_dist_size());
+    fprintf(stderr, "hsi %s%s: %s\n", cmd, who, msg && *msg ? msg : hsi_status_name(st));
     return HSI_EXIT_FAIL;
 }
 
@@ -145,7 +150,8 @@ static void print_help(FILE *fp)
             fprintf(fp, "  %-12s %s\n", cmds[i]->name, cmds[i]->summary);
     fprintf(fp, "\nSeveral cubes: info, stats, convert, quicklook, preprocess and predict take\n"
                 "several inputs, a folder or @list.txt (--out-dir, --jobs, --continue-on-error).\n");
-    fprintf(fp, "\nbuild: %s\n", hsi_cuda_built() ? "CUDA" : "CPU only");
+    fprintf(fp, "\nbuild: %s, %s\n", hsi_cuda_built() ? "CUDA" : "CPU only",
+            hsi_dist_built() ? "MPI (mpirun -np N hsi ...)" : "one process (make MPI=1 for mpirun)");
 }
 
 /* Standard output checked at exit, as GNU tools do (close_stdout): a
@@ -170,10 +176,63 @@ static void close_stdout(void)
     }
 }
 
+/* Commands that divide the work between the ranks themselves (every
+ * rank runs them under mpirun): training, and `hsi bench dist`. */
+static int is_dist_cmd(const hsi_cli_cmd *c, int argc, char **argv)
+{
+    return !strcmp(c->name, "train") || !strcmp(c->name, "profile") ||
+           (!strcmp(c->name, "bench") && argc > 1 && !strcmp(argv[1], "dist"));
+}
+
+/* A command under mpirun with several ranks: every rank runs a dist one;
+ * rank 0 runs the others while the rest wait for it (sleeping). */
+static int run_cmd(const hsi_cli_cmd *c, int argc, char **argv)
+{
+    if (hsi_dist_size() <= 1 || is_dist_cmd(c, argc, argv)) return c->run(argc, argv);
+    if (hsi_dist_rank() != 0) {
+        hsi_status st = hsi_dist_barrier();
+        hsi_cli_dist_agreed = 1;
+        return st == HSI_OK ? HSI_EXIT_OK : hsi_cli_fail(c->name, st);
+    }
+    int rc = c->run(argc, argv);
+    if (rc == HSI_EXIT_OK) {
+        fflush(stdout);
+        hsi_status st = hsi_dist_barrier();
+        if (st != HSI_OK) return hsi_cli_fail(c->name, st);
+        hsi_cli_dist_agreed = 1;
+    }
+    return rc;
+}
+
+static int run_main(int argc, char **argv);
+
+/* Under mpirun: a rank that fails ends every rank (MPI_Abort after its
+ * message is out), so no rank waits forever for it in a collective; a
+ * status all ranks agree on ends the job normally. */
 int main(int argc, char **argv)
 {
     atexit(close_stdout);
     hsi_tmp_cleanup_on_signals(); /* SIGINT/SIGTERM remove half-written files */
+    if (hsi_dist_init(&argc, &argv) != HSI_OK) {
+        fprintf(stderr, "hsi: %s\n", hsi_last_error());
+        return HSI_EXIT_FAIL;
+    }
+    int rc = run_main(argc, argv);
+    if (hsi_dist_size() > 1 && rc != HSI_EXIT_OK && !hsi_cli_dist_agreed) {
+        fprintf(stderr, "hsi: rank %d of %d failed (exit status %d): ending every rank of the job\n",
+                hsi_dist_rank(), hsi_dist_size(), rc);
+        hsi_dist_abort(rc);
+    }
+    fflush(stdout);
+    if (hsi_dist_finalize() != HSI_OK && rc == HSI_EXIT_OK) {
+        fprintf(stderr, "hsi: %s\n", hsi_last_error());
+        rc = HSI_EXIT_FAIL;
+    }
+    return rc;
+}
+
+static int run_main(int argc, char **argv)
+{
     qsort(cmds, (size_t)n_cmds, sizeof *cmds, cmp_cmd);
     if (argc < 2) {
         print_help(stderr);
@@ -214,5 +273,5 @@ int main(int argc, char **argv)
         return HSI_EXIT_OK;
     int rc;
     if (hsi_cli_batch(c, argc - 1, argv + 1, &rc)) return rc; /* several cubes */
-    return c->run(argc - 1, argv + 1);
+    return run_cmd(c, argc - 1, argv + 1);
 }

@@ -211,9 +211,8 @@ static int same_file(const struct stat *a, const struct stat *b)
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
-hsi_status hsi_envi_find_data(char **out, const char *header_path, const hsi_meta *m)
+hsi_status hsi_envi_find_data(char **out, const char *header_path, hsi_meta *m)
 {
-    (void)m;
     *out = NULL;
     hsi_status st = HSI_OK;
     tried t = {.n = 0};
@@ -250,7 +249,11 @@ hsi_status hsi_envi_find_data(char **out, const char *header_path, const hsi_met
         }
     }
     if (*out) {
-        if (extra)
+        /* with the header's other warnings (hsi info shows them once) */
+        if (extra && m)
+            hsi_meta_warn(m, "%s: several data files match; using %s (also found %s)", header_path,
+                          *out, extra);
+        else if (extra)
             hsi_warn("%s: several data files match; using %s (also found %s)", header_path, *out,
                      extra);
         goto cleanup;
@@ -355,7 +358,7 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path)
                       (long long)m->minor_frame_offsets[1]);
         goto cleanup;
     }
-    if (!data) HSI_TRY(hsi_envi_find_data(&data, hdr, m));
+    if (!data) HSI_TRY(hsi_envi_find_data(&data, hdr, &out->meta));
     struct stat dsb;
     HSI_TRY(hsi_input_open(&fd, data, "data file", NULL));
     if (fstat(fd, &dsb) != 0) {

@@ -84,7 +84,8 @@ hsi_status hsi_envi_open(hsi_cube *out, const char *path);
 /* Finds the header for a data file or the data file for a header.
  * *out is malloc'd. On failure the message lists every name tried. */
 hsi_status hsi_envi_find_header(char **out, const char *data_path);
-hsi_status hsi_envi_find_data(char **out, const char *header_path, const hsi_meta *m);
+/* m (may be NULL): where a warning goes (several data files match). */
+hsi_status hsi_envi_find_data(char **out, const char *header_path, hsi_meta *m);
 
 typedef struct hsi_envi_write_options {
     hsi_interleave interleave; /* default BSQ */

@@ -419,6 +419,7 @@ hsi_status hsi_gdal_open(hsi_cube *out, const char *path, const char *var)
     hsi_status st = HSI_OK;
     GDALDatasetH ds = NULL;
     char *sub = NULL;
+    char **own_cats = NULL; /* category names read from the band metadata */
     hsi_cube_init(out);
     st = input_check(path);
     if (st != HSI_OK) return st;
@@ -530,6 +531,24 @@ hsi_status hsi_gdal_open(hsi_cube *out, const char *path, const char *var)
     /* classification: colour table and category names of band 1 */
     GDALColorTableH ct = GDALGetRasterColorTable(b0);
     char **cats = GDALGetRasterCategoryNames(b0);
+    if (!CSLCount(cats)) {
+        /* no .aux.xml: the names hsi (or anyone) put in the band metadata
+         * as CATEGORY_<value> (the TIFF's GDAL_METADATA tag) */
+        char **bmd = GDALGetMetadata(b0, NULL);
+        int top = -1;
+        for (int i = 0; bmd && bmd[i]; i++) {
+            int v = -1, used = 0;
+            if (sscanf(bmd[i], "CATEGORY_%d=%n", &v, &used) == 1 && used > 0 && v >= 0 && v < 65536 && v > top)
+                top = v;
+        }
+        for (int i = 0; i <= top; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "CATEGORY_%d", i);
+            const char *nm = CSLFetchNameValue(bmd, key);
+            own_cats = CSLAddString(own_cats, nm ? nm : "");
+        }
+        if (own_cats) cats = own_cats;
+    }
     int nct = ct ? GDALGetColorEntryCount(ct) : 0, ncat = CSLCount(cats);
     /* GTiff pads colour tables to 256 entries: keep the named ones, or the
      * entries up to the last non-black colour */
@@ -565,6 +584,7 @@ hsi_status hsi_gdal_open(hsi_cube *out, const char *path, const char *var)
     out->file_size = (int64_t)out->view.buf->size;
 cleanup:
     if (ds) GDALClose(ds);
+    CSLDestroy(own_cats);
     free(sub);
     quiet_end();
     if (st != HSI_OK) hsi_cube_free(out);
@@ -934,8 +954,16 @@ hsi_status hsi_gdal_write_classes(const char *path, const hsi_view *map, int n_c
         GDALSetColorEntry(ct, i, &ce);
         char dflt[32];
         snprintf(dflt, sizeof dflt, i ? "Class %d" : "Unclassified", i);
-        cats = CSLAddString(cats, names && i < n_classes && names[i] ? names[i] : dflt);
+        const char *name = names && i < n_classes && names[i] ? names[i] : dflt;
+        cats = CSLAddString(cats, name);
+        /* GDAL's GTiff driver (< 3.12) keeps category names in the .aux.xml
+         * only; band metadata goes into the TIFF's own GDAL_METADATA tag,
+         * so the names travel with the .tif alone as CATEGORY_<value> */
+        char key[32];
+        snprintf(key, sizeof key, "CATEGORY_%d", i);
+        GDALSetMetadataItem(band, key, name, NULL);
     }
+    /* the colour table goes into the TIFF itself (TIFFTAG_COLORMAP) */
     if (dt == HSI_U8) GDALSetRasterColorTable(band, ct);
     GDALSetRasterCategoryNames(band, cats);
     HSI_TRY(write_band(band, &m3, 0, dt, path));

@@ -24,7 +24,9 @@ extern "C" {
  * them). Georeferencing goes into meta.map_info / meta.coordinate_system
  * (+ verbatim "geotransform"), nodata into ignore value, band descriptions
  * into band names, a colour table / category names into class_names /
- * class_lookup. meta.format = "gdal", verbatim key "gdal driver". */
+ * class_lookup (category names from the .aux.xml, or, without one, from
+ * band 1's metadata items CATEGORY_<value> as hsi_gdal_write_classes
+ * writes them). meta.format = "gdal", verbatim key "gdal driver". */
 hsi_status hsi_gdal_open(hsi_cube *out, const char *path, const char *var);
 
 /* GDAL geotransform from ENVI map info (tie point, pixel size, rotation).
@@ -57,7 +59,11 @@ hsi_status hsi_gdal_write_geotiff_co(const char *path, const hsi_view *cube, con
 /* Writes a classification map: map is (lines, samples), integer values in
  * 0..65535 (uint8 file when all < 256, else uint16); n_classes names (may be
  * NULL or have NULL entries) and colours rgb[3 * n_classes] (may be NULL: a
- * default palette) become the band's category names and colour table. */
+ * default palette) become the band's category names and colour table.
+ * The colour table is in the TIFF (TIFFTAG_COLORMAP, uint8 maps); the
+ * names are in the TIFF too, as band metadata CATEGORY_0..CATEGORY_<n-1>
+ * in GDAL's GDAL_METADATA tag (GDAL and rasterio read them as band
+ * tags), besides GDAL's category names in the .aux.xml side-car. */
 hsi_status hsi_gdal_write_classes(const char *path, const hsi_view *map, int n_classes,
                                   char *const *names, const uint8_t *rgb, const hsi_meta *geo);
 

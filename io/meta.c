@@ -185,6 +185,10 @@ void hsi_meta_unset(hsi_meta *m, const char *key)
         }
 }
 
+static int g_warn_echo = 1;
+
+int hsi_meta_warn_echo(int on) { return __atomic_exchange_n(&g_warn_echo, on ? 1 : 0, __ATOMIC_SEQ_CST); }
+
 void hsi_meta_warn(hsi_meta *m, const char *fmt, ...)
 {
     char buf[1024];
@@ -192,7 +196,7 @@ void hsi_meta_warn(hsi_meta *m, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    hsi_warn("%s", buf);
+    if (__atomic_load_n(&g_warn_echo, __ATOMIC_SEQ_CST)) hsi_warn("%s", buf);
     char **w = realloc(m->warnings, (size_t)(m->n_warnings + 1) * sizeof *w);
     if (!w) return;
     m->warnings = w;

@@ -114,12 +114,16 @@ void hsi_meta_unset(hsi_meta *m, const char *key);
  * trimmed. Writes at most n bytes including the NUL. */
 void hsi_meta_normkey(char *dst, size_t n, const char *key);
 
-/* Records a warning (also printed through hsi_warn). */
+/* Records a warning (also printed through hsi_warn while echo is on). */
 void hsi_meta_warn(hsi_meta *m, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Whether hsi_meta_warn prints as it records: on (1) by default; off for
+ * a program that shows the recorded warnings itself (hsi info), so that
+ * each is shown once. Process-wide; returns the previous setting. */
+int hsi_meta_warn_echo(int on);
 
 /* Keeps only the listed bands (0-based, in the given order) in every
  * per-band array (wavelength, fwhm, bbl, band names, gain, offset) and sets

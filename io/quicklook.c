@@ -1,6 +1,8 @@
 /* quicklook.c — false-colour and label-map PNGs: band loading with the
- * strided typed loads of core, percent stretch, a fixed bitmap font for the
- * legend, PNG through gdal_io. Not a plotting library. */
+ * strided typed loads of core, percent stretch, nearest-neighbour zoom. A
+ * map's legend is drawn with cairo through plot.h (DejaVu Sans, UTF-8 names)
+ * beside the map's exact palette pixels; pictures without one go out through
+ * gdal_io. Not a plotting library. */
 #define _GNU_SOURCE
 #include "quicklook.h"
 
@@ -10,139 +12,7 @@
 #include <string.h>
 
 #include "gdal_io.h"
-
-/* 6 x 11 bitmap font for ASCII 32..126, one byte per row (bit 5 = left
- * column). Rendered from Pillow's built-in default bitmap font
- * (PIL.ImageFont.load_default(), Pillow 9.4) with ImageDraw.text. */
-static const unsigned char font6x11[95][11] = {
-    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}, /* ' ' */
-    {0x00, 0x00, 0x00, 0x18, 0x18, 0x18, 0x18, 0x00, 0x18, 0x00, 0x00}, /* '!' */
-    {0x00, 0x00, 0x00, 0x14, 0x14, 0x14, 0x00, 0x00, 0x00, 0x00, 0x00}, /* '"' */
-    {0x00, 0x00, 0x14, 0x14, 0x3e, 0x14, 0x14, 0x3e, 0x14, 0x14, 0x00}, /* '#' */
-    {0x00, 0x08, 0x1e, 0x32, 0x3c, 0x1e, 0x06, 0x36, 0x3c, 0x08, 0x00}, /* '$' */
-    {0x00, 0x00, 0x38, 0x2a, 0x3c, 0x08, 0x1e, 0x2a, 0x0e, 0x00, 0x00}, /* '%' */
-    {0x00, 0x00, 0x00, 0x1c, 0x30, 0x18, 0x3e, 0x2c, 0x3e, 0x00, 0x00}, /* '&' */
-    {0x00, 0x00, 0x0c, 0x08, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}, /* "'" */
-    {0x00, 0x00, 0x04, 0x08, 0x18, 0x18, 0x18, 0x18, 0x08, 0x04, 0x00}, /* '(' */
-    {0x00, 0x00, 0x10, 0x08, 0x0c, 0x0c, 0x0c, 0x0c, 0x08, 0x10, 0x00}, /* ')' */
-    {0x00, 0x00, 0x08, 0x3c, 0x18, 0x24, 0x00, 0x00, 0x00, 0x00, 0x00}, /* 0x2a */
-    {0x00, 0x00, 0x00, 0x08, 0x08, 0x3e, 0x08, 0x08, 0x00, 0x00, 0x00}, /* '+' */
-    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0c, 0x08, 0x10}, /* ',' */
-    {0x00, 0x00, 0x00, 0x00, 0x00, 0x3e, 0x00, 0x00, 0x00, 0x00, 0x00}, /* '-' */
-    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00}, /* '.' */
-    {0x00, 0x00, 0x02, 0x02, 0x04, 0x04, 0x08, 0x08, 0x10, 0x10, 0x00}, /* 0x2f */
-    {0x00, 0x00, 0x1c, 0x36, 0x36, 0x36, 0x36, 0x36, 0x1c, 0x00, 0x00}, /* '0' */
-    {0x00, 0x00, 0x0c, 0x3c, 0x0c, 0x0c, 0x0c, 0x0c, 0x3f, 0x00, 0x00}, /* '1' */
-    {0x00, 0x00, 0x1c, 0x36, 0x06, 0x0c, 0x18, 0x36, 0x3e, 0x00, 0x00}, /* '2' */
-    {0x00, 0x00, 0x1c, 0x36, 0x06, 0x1c, 0x06, 0x36, 0x1c, 0x00, 0x00}, /* '3' */
-    {0x00, 0x00, 0x06, 0x0e, 0x16, 0x36, 0x3f, 0x06, 0x06, 0x00, 0x00}, /* '4' */
-    {0x00, 0x00, 0x3e, 0x30, 0x3c, 0x36, 0x06, 0x26, 0x3c, 0x00, 0x00}, /* '5' */
-    {0x00, 0x00, 0x1c, 0x36, 0x30, 0x3c, 0x36, 0x36, 0x1c, 0x00, 0x00}, /* '6' */
-    {0x00, 0x00, 0x3e, 0x36, 0x06, 0x0c, 0x0c, 0x18, 0x18, 0x00, 0x00}, /* '7' */
-    {0x00, 0x00, 0x1c, 0x36, 0x36, 0x1c, 0x36, 0x36, 0x1c, 0x00, 0x00}, /* '8' */
-    {0x00, 0x00, 0x1c, 0x36, 0x36, 0x1e, 0x06, 0x36, 0x1c, 0x00, 0x00}, /* '9' */
-    {0x00, 0x00, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x18, 0x00, 0x00}, /* ':' */
-    {0x00, 0x00, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x18, 0x10, 0x20}, /* ';' */
-    {0x00, 0x00, 0x00, 0x0c, 0x18, 0x30, 0x18, 0x0c, 0x00, 0x00, 0x00}, /* '<' */
-    {0x00, 0x00, 0x00, 0x00, 0x3c, 0x00, 0x3c, 0x00, 0x00, 0x00, 0x00}, /* '=' */
-    {0x00, 0x00, 0x00, 0x18, 0x0c, 0x06, 0x0c, 0x18, 0x00, 0x00, 0x00}, /* '>' */
-    {0x00, 0x00, 0x00, 0x1c, 0x26, 0x0c, 0x18, 0x00, 0x18, 0x00, 0x00}, /* '?' */
-    {0x00, 0x00, 0x1c, 0x32, 0x26, 0x2a, 0x2a, 0x27, 0x30, 0x1c, 0x00}, /* '@' */
-    {0x00, 0x00, 0x00, 0x3c, 0x1c, 0x14, 0x3e, 0x36, 0x37, 0x00, 0x00}, /* 'A' */
-    {0x00, 0x00, 0x00, 0x3c, 0x36, 0x3c, 0x36, 0x36, 0x3c, 0x00, 0x00}, /* 'B' */
-    {0x00, 0x00, 0x00, 0x1e, 0x36, 0x30, 0x30, 0x36, 0x1c, 0x00, 0x00}, /* 'C' */
-    {0x00, 0x00, 0x00, 0x3c, 0x36, 0x36, 0x36, 0x36, 0x3c, 0x00, 0x00}, /* 'D' */
-    {0x00, 0x00, 0x00, 0x3e, 0x30, 0x3c, 0x30, 0x36, 0x3e, 0x00, 0x00}, /* 'E' */
-    {0x00, 0x00, 0x00, 0x3e, 0x30, 0x3c, 0x30, 0x30, 0x38, 0x00, 0x00}, /* 'F' */
-    {0x00, 0x00, 0x00, 0x1c, 0x36, 0x30, 0x3e, 0x36, 0x1e, 0x00, 0x00}, /* 'G' */
-    {0x00, 0x00, 0x00, 0x37, 0x36, 0x3e, 0x36, 0x36, 0x37, 0x00, 0x00}, /* 'H' */
-    {0x00, 0x00, 0x00, 0x3c, 0x18, 0x18, 0x18, 0x18, 0x3c, 0x00, 0x00}, /* 'I' */
-    {0x00, 0x00, 0x00, 0x1e, 0x0c, 0x0c, 0x2c, 0x2c, 0x38, 0x00, 0x00}, /* 'J' */
-    {0x00, 0x00, 0x00, 0x36, 0x34, 0x38, 0x3c, 0x36, 0x3b, 0x00, 0x00}, /* 'K' */
-    {0x00, 0x00, 0x00, 0x38, 0x30, 0x30, 0x30, 0x36, 0x3e, 0x00, 0x00}, /* 'L' */
-    {0x00, 0x00, 0x00, 0x22, 0x36, 0x36, 0x3e, 0x2a, 0x2a, 0x00, 0x00}, /* 'M' */
-    {0x00, 0x00, 0x00, 0x37, 0x3a, 0x3a, 0x36, 0x36, 0x32, 0x00, 0x00}, /* 'N' */
-    {0x00, 0x00, 0x00, 0x1c, 0x36, 0x36, 0x36, 0x36, 0x1c, 0x00, 0x00}, /* 'O' */
-    {0x00, 0x00, 0x00, 0x3c, 0x36, 0x36, 0x3c, 0x30, 0x38, 0x00, 0x00}, /* 'P' */
-    {0x00, 0x00, 0x00, 0x1c, 0x36, 0x36, 0x36, 0x36, 0x1c, 0x06, 0x00}, /* 'Q' */
-    {0x00, 0x00, 0x00, 0x3c, 0x36, 0x36, 0x3c, 0x36, 0x3b, 0x00, 0x00}, /* 'R' */
-    {0x00, 0x00, 0x00, 0x1e, 0x32, 0x3c, 0x0e, 0x26, 0x3c, 0x00, 0x00}, /* 'S' */
-    {0x00, 0x00, 0x00, 0x3e, 0x1a, 0x18, 0x18, 0x18, 0x3c, 0x00, 0x00}, /* 'T' */
-    {0x00, 0x00, 0x00, 0x37, 0x36, 0x36, 0x36, 0x36, 0x1c, 0x00, 0x00}, /* 'U' */
-    {0x00, 0x00, 0x00, 0x37, 0x36, 0x14, 0x1c, 0x1c, 0x08, 0x00, 0x00}, /* 'V' */
-    {0x00, 0x00, 0x00, 0x2b, 0x2a, 0x2a, 0x3e, 0x1c, 0x14, 0x00, 0x00}, /* 'W' */
-    {0x00, 0x00, 0x00, 0x33, 0x1e, 0x0c, 0x0c, 0x1e, 0x33, 0x00, 0x00}, /* 'X' */
-    {0x00, 0x00, 0x00, 0x33, 0x33, 0x1e, 0x0c, 0x0c, 0x1e, 0x00, 0x00}, /* 'Y' */
-    {0x00, 0x00, 0x00, 0x3e, 0x36, 0x0c, 0x18, 0x36, 0x3e, 0x00, 0x00}, /* 'Z' */
-    {0x00, 0x00, 0x1c, 0x18, 0x18, 0x18, 0x18, 0x18, 0x18, 0x1c, 0x00}, /* '[' */
-    {0x00, 0x00, 0x20, 0x20, 0x10, 0x10, 0x08, 0x08, 0x04, 0x04, 0x00}, /* 0x5c */
-    {0x00, 0x00, 0x1c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x1c, 0x00}, /* ']' */
-    {0x00, 0x00, 0x08, 0x1c, 0x36, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}, /* '^' */
-    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x3f}, /* '_' */
-    {0x00, 0x00, 0x18, 0x08, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}, /* '`' */
-    {0x00, 0x00, 0x00, 0x00, 0x1c, 0x36, 0x1e, 0x36, 0x3f, 0x00, 0x00}, /* 'a' */
-    {0x00, 0x00, 0x30, 0x30, 0x3c, 0x36, 0x36, 0x36, 0x3c, 0x00, 0x00}, /* 'b' */
-    {0x00, 0x00, 0x00, 0x00, 0x1c, 0x36, 0x30, 0x36, 0x1c, 0x00, 0x00}, /* 'c' */
-    {0x00, 0x00, 0x0e, 0x06, 0x1e, 0x36, 0x36, 0x36, 0x1f, 0x00, 0x00}, /* 'd' */
-    {0x00, 0x00, 0x00, 0x00, 0x1c, 0x36, 0x3e, 0x30, 0x1e, 0x00, 0x00}, /* 'e' */
-    {0x00, 0x00, 0x0e, 0x18, 0x3e, 0x18, 0x18, 0x18, 0x3e, 0x00, 0x00}, /* 'f' */
-    {0x00, 0x00, 0x00, 0x00, 0x1b, 0x36, 0x36, 0x36, 0x1e, 0x06, 0x3c}, /* 'g' */
-    {0x00, 0x00, 0x30, 0x30, 0x3c, 0x36, 0x36, 0x36, 0x36, 0x00, 0x00}, /* 'h' */
-    {0x00, 0x00, 0x0c, 0x00, 0x3c, 0x0c, 0x0c, 0x0c, 0x3f, 0x00, 0x00}, /* 'i' */
-    {0x00, 0x00, 0x0c, 0x00, 0x3c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x38}, /* 'j' */
-    {0x00, 0x00, 0x30, 0x30, 0x36, 0x3c, 0x38, 0x3c, 0x37, 0x00, 0x00}, /* 'k' */
-    {0x00, 0x00, 0x3c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x3f, 0x00, 0x00}, /* 'l' */
-    {0x00, 0x00, 0x00, 0x00, 0x3c, 0x3e, 0x2a, 0x2a, 0x2a, 0x00, 0x00}, /* 'm' */
-    {0x00, 0x00, 0x00, 0x00, 0x2c, 0x36, 0x36, 0x36, 0x36, 0x00, 0x00}, /* 'n' */
-    {0x00, 0x00, 0x00, 0x00, 0x1c, 0x36, 0x36, 0x36, 0x1c, 0x00, 0x00}, /* 'o' */
-    {0x00, 0x00, 0x00, 0x00, 0x3c, 0x36, 0x36, 0x36, 0x3c, 0x30, 0x38}, /* 'p' */
-    {0x00, 0x00, 0x00, 0x00, 0x1b, 0x36, 0x36, 0x36, 0x1e, 0x06, 0x0f}, /* 'q' */
-    {0x00, 0x00, 0x00, 0x00, 0x37, 0x1d, 0x18, 0x18, 0x3c, 0x00, 0x00}, /* 'r' */
-    {0x00, 0x00, 0x00, 0x00, 0x1e, 0x38, 0x1e, 0x07, 0x3e, 0x00, 0x00}, /* 's' */
-    {0x00, 0x00, 0x18, 0x18, 0x3e, 0x18, 0x18, 0x1b, 0x0e, 0x00, 0x00}, /* 't' */
-    {0x00, 0x00, 0x00, 0x00, 0x36, 0x36, 0x36, 0x36, 0x1f, 0x00, 0x00}, /* 'u' */
-    {0x00, 0x00, 0x00, 0x00, 0x36, 0x36, 0x1c, 0x1c, 0x08, 0x00, 0x00}, /* 'v' */
-    {0x00, 0x00, 0x00, 0x00, 0x2b, 0x2a, 0x3e, 0x1e, 0x14, 0x00, 0x00}, /* 'w' */
-    {0x00, 0x00, 0x00, 0x00, 0x3b, 0x1e, 0x0c, 0x1e, 0x37, 0x00, 0x00}, /* 'x' */
-    {0x00, 0x00, 0x00, 0x00, 0x37, 0x36, 0x36, 0x14, 0x1c, 0x18, 0x30}, /* 'y' */
-    {0x00, 0x00, 0x00, 0x00, 0x3e, 0x2c, 0x18, 0x36, 0x3e, 0x00, 0x00}, /* 'z' */
-    {0x00, 0x00, 0x06, 0x0c, 0x0c, 0x18, 0x0c, 0x0c, 0x0c, 0x06, 0x00}, /* '{' */
-    {0x00, 0x00, 0x00, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x00}, /* '|' */
-    {0x00, 0x00, 0x30, 0x18, 0x18, 0x0c, 0x18, 0x18, 0x18, 0x30, 0x00}, /* '}' */
-    {0x00, 0x00, 0x00, 0x00, 0x1a, 0x2c, 0x00, 0x00, 0x00, 0x00, 0x00}, /* '~' */
-};
-
-#define FONT_W 6
-#define FONT_H 11
-
-/* img: (h, w, 3) packed RGB. Text with its top-left at (x, y), each font
- * pixel a scale x scale square, clipped to the image. */
-static void draw_text(uint8_t *img, int64_t w, int64_t h, int64_t x, int64_t y, const char *s,
-                      int scale, const uint8_t rgb[3])
-{
-    for (; *s; s++, x += FONT_W * scale) {
-        unsigned c = (unsigned char)*s;
-        if (c < 32 || c > 126) c = '?';
-        for (int r = 0; r < FONT_H; r++)
-            for (int col = 0; col < FONT_W; col++) {
-                if (!(font6x11[c - 32][r] & (1u << (FONT_W - 1 - col)))) continue;
-                for (int dy = 0; dy < scale; dy++)
-                    for (int dx = 0; dx < scale; dx++) {
-                        int64_t px = x + col * scale + dx, py = y + r * scale + dy;
-                        if (px < 0 || py < 0 || px >= w || py >= h) continue;
-                        memcpy(img + 3 * (py * w + px), rgb, 3);
-                    }
-            }
-    }
-}
-
-static void fill_rect(uint8_t *img, int64_t w, int64_t h, int64_t x0, int64_t y0, int64_t rw,
-                      int64_t rh, const uint8_t rgb[3])
-{
-    for (int64_t y = y0 < 0 ? 0 : y0; y < y0 + rh && y < h; y++)
-        for (int64_t x = x0 < 0 ? 0 : x0; x < x0 + rw && x < w; x++)
-            memcpy(img + 3 * (y * w + x), rgb, 3);
-}
+#include "plot.h"
 
 void hsi_quicklook_palette(int i, uint8_t rgb[3])
 {
@@ -176,9 +46,10 @@ static hsi_status sized(const char *path, int64_t L, int64_t S, int64_t width, i
     *L2 = L, *S2 = S;
     if (width <= 0 || width == S) return HSI_OK;
     if (width > 65535 || (double)width * (double)L / (double)S > 65535)
-        return HSI_FAIL(HSI_ERR_ARG, "%s: a %lld-pixel-wide picture of %lld x %lld pixels is beyond "
-                                     "PNG's 65535 pixels a side", path, (long long)width,
-                        (long long)S, (long long)L);
+        return HSI_FAIL(HSI_ERR_ARG,
+                        "%s: a %lld-pixel-wide picture of %lld x %lld pixels is beyond "
+                        "PNG's 65535 pixels a side",
+                        path, (long long)width, (long long)S, (long long)L);
     *S2 = width;
     *L2 = (int64_t)llround((double)L * (double)width / (double)S);
     if (*L2 < 1) *L2 = 1;
@@ -193,20 +64,148 @@ static int64_t nn_src(int64_t i, int64_t n, int64_t n2)
 }
 
 hsi_status hsi_quicklook_labels_png_legend(const char *path, const hsi_view *map, int n_classes,
-                                           const char *const *names, const uint8_t *rgb,
-                                           int legend)
+                                           const char *const *names, const uint8_t *rgb, int legend)
 {
     return hsi_quicklook_labels_png_sized(path, map, n_classes, names, rgb, legend, 0);
 }
 
+/* The legend's text for class c: its name (at most 48 characters, UTF-8
+ * cut between characters, "…" when cut), "unlabelled" for 0 without one. */
+static void legend_name(char *t, size_t n, int c, int n_classes, const char *const *names)
+{
+    const char *nm = names && c < n_classes && names[c] ? names[c] : c ? "" : "unlabelled";
+    size_t k = 0;
+    int chars = 0;
+    while (nm[k]) {
+        size_t len = 1;
+        while (nm[k + len] && ((unsigned char)nm[k + len] & 0xc0) == 0x80)
+            len++;
+        if (chars == 48 || k + len + 4 > n) {
+            memcpy(t + k, "\xe2\x80\xa6", 3);
+            k += 3;
+            break;
+        }
+        memcpy(t + k, nm + k, len);
+        k += len;
+        chars++;
+    }
+    t[k] = 0;
+}
+
+/* The legend's layout: text size, the sizes below in pixels. */
+typedef struct legend_box {
+    double fs;                 /* text size */
+    int pad, box, gap, row_h;  /* margin, swatch side, space, row pitch */
+    int id_w, name_w, count_w; /* column widths */
+    int col_w, n_rows, n_cols; /* one column of entries; entries per column; columns */
+    int w, h;                  /* the whole panel */
+} legend_box;
+
+/* Lays out the legend of the classes with counts[c] > 0 (n_show of them)
+ * for a map of L lines: the text grows with the map (13 px up to 416 lines,
+ * then L/32, at most 40), and the entries go into columns so that the panel
+ * is not much taller than the map. */
+static hsi_status legend_layout(legend_box *lb, int64_t L, const int64_t *counts, int nc,
+                                int n_classes, const char *const *names, int n_show)
+{
+    hsi_status st = HSI_OK;
+    hsi_plot *m = NULL;
+    HSI_TRY(hsi_plot_new(&m, 16, 16)); /* only measures text */
+    double fs = (double)L / 32.0;
+    lb->fs = fs < 13 ? 13 : fs > 40 ? 40 : round(fs);
+    lb->pad = (int)lround(lb->fs * 0.8);
+    lb->box = (int)lround(lb->fs * 1.1);
+    lb->gap = (int)lround(lb->fs * 0.5);
+    lb->row_h = (int)lround(lb->fs * 1.6);
+    double id_w = hsi_plot_text_width(m, lb->fs, 1, "id");
+    double name_w = 0; /* no name column when no class has a name */
+    double count_w = hsi_plot_text_width(m, lb->fs, 1, "pixels");
+    for (int c = 0; c < nc; c++) {
+        if (!counts[c]) continue;
+        char t[256];
+        snprintf(t, sizeof t, "%d", c);
+        double w = hsi_plot_text_width(m, lb->fs, 0, t);
+        if (w > id_w) id_w = w;
+        legend_name(t, sizeof t, c, n_classes, names);
+        w = hsi_plot_text_width(m, lb->fs, 0, t);
+        if (w > name_w) name_w = w;
+        snprintf(t, sizeof t, "%lld", (long long)counts[c]);
+        w = hsi_plot_text_width(m, lb->fs, 0, t);
+        if (w > count_w) count_w = w;
+    }
+    if (name_w > 0) {
+        double hw = hsi_plot_text_width(m, lb->fs, 1, "class");
+        name_w = name_w > hw ? name_w : hw;
+    }
+    lb->id_w = (int)ceil(id_w);
+    lb->name_w = (int)ceil(name_w);
+    lb->count_w = (int)ceil(count_w);
+    lb->col_w = lb->box + lb->gap + lb->id_w + (lb->name_w ? lb->gap + lb->name_w : 0) +
+                2 * lb->gap + lb->count_w;
+    /* a header row, then the entries */
+    int64_t avail = (L > 400 ? L : 400) - 2 * lb->pad - lb->row_h;
+    int per_col = (int)(avail / lb->row_h) > 1 ? (int)(avail / lb->row_h) : 1;
+    lb->n_cols = (n_show + per_col - 1) / per_col;
+    if (lb->n_cols < 1) lb->n_cols = 1;
+    lb->n_rows = (n_show + lb->n_cols - 1) / lb->n_cols;
+    lb->w = lb->pad + lb->n_cols * lb->col_w + (lb->n_cols - 1) * 2 * lb->pad + lb->pad;
+    lb->h = lb->pad + (lb->n_rows + 1) * lb->row_h - (lb->row_h - lb->box) + lb->pad;
+cleanup:
+    hsi_plot_free(m);
+    return st;
+}
+
+/* Draws the legend laid out in lb into p, its left edge at x0. */
+static void legend_draw(hsi_plot *p, const legend_box *lb, int x0, const int64_t *counts, int nc,
+                        int n_classes, const char *const *names, const uint8_t *rgb)
+{
+    const uint8_t frame[3] = {110, 110, 110};
+    /* baseline for text centred on a swatch of a row starting at y */
+    double base = lb->box / 2.0 + 0.36 * lb->fs;
+    for (int k = 0; k < lb->n_cols; k++) {
+        int x = x0 + lb->pad + k * (lb->col_w + 2 * lb->pad), y = lb->pad;
+        int xi = x + lb->box + lb->gap, xn = xi + lb->id_w + lb->gap;
+        int xc = lb->name_w ? xn + lb->name_w + 2 * lb->gap + lb->count_w
+                            : xi + lb->id_w + 2 * lb->gap + lb->count_w;
+        hsi_plot_text(p, xi + lb->id_w - hsi_plot_text_width(p, lb->fs, 1, "id"), y + base, lb->fs,
+                      1, 60, "id");
+        if (lb->name_w) hsi_plot_text(p, xn, y + base, lb->fs, 1, 60, "class");
+        hsi_plot_text(p, xc - hsi_plot_text_width(p, lb->fs, 1, "pixels"), y + base, lb->fs, 1, 60,
+                      "pixels");
+    }
+    int i = 0;
+    for (int c = 0; c < nc; c++) {
+        if (!counts[c]) continue;
+        int k = i / lb->n_rows, r = i % lb->n_rows;
+        i++;
+        int x = x0 + lb->pad + k * (lb->col_w + 2 * lb->pad), y = lb->pad + (r + 1) * lb->row_h;
+        int xi = x + lb->box + lb->gap, xn = xi + lb->id_w + lb->gap;
+        int xc = lb->name_w ? xn + lb->name_w + 2 * lb->gap + lb->count_w
+                            : xi + lb->id_w + 2 * lb->gap + lb->count_w;
+        uint8_t col[3];
+        class_color(c, n_classes, rgb, col);
+        hsi_plot_fill_rect(p, x - 1, y - 1, lb->box + 2, lb->box + 2, frame);
+        hsi_plot_fill_rect(p, x, y, lb->box, lb->box, col);
+        char t[256];
+        snprintf(t, sizeof t, "%d", c);
+        hsi_plot_text(p, xi + lb->id_w - hsi_plot_text_width(p, lb->fs, 0, t), y + base, lb->fs, 0,
+                      0, t);
+        legend_name(t, sizeof t, c, n_classes, names);
+        hsi_plot_text(p, xn, y + base, lb->fs, 0, 0, t);
+        snprintf(t, sizeof t, "%lld", (long long)counts[c]);
+        hsi_plot_text(p, xc - hsi_plot_text_width(p, lb->fs, 0, t), y + base, lb->fs, 0, 90, t);
+    }
+}
+
 hsi_status hsi_quicklook_labels_png_sized(const char *path, const hsi_view *map, int n_classes,
-                                          const char *const *names, const uint8_t *rgb,
-                                          int legend, int64_t width)
+                                          const char *const *names, const uint8_t *rgb, int legend,
+                                          int64_t width)
 {
     hsi_status st = HSI_OK;
     int32_t *ids = NULL;
     int64_t *counts = NULL;
-    uint8_t *img = NULL;
+    uint8_t *img = NULL, *lut = NULL;
+    hsi_plot *p = NULL;
     if (map->ndim != 2 || hsi_dtype_is_complex(map->dtype))
         return HSI_FAIL(HSI_ERR_ARG, "%s: a label map is a real (lines, samples) view", path);
     int64_t L = map->shape[0], S = map->shape[1], n = 0;
@@ -232,59 +231,61 @@ hsi_status hsi_quicklook_labels_png_sized(const char *path, const hsi_view *map,
             if (ids[y * S + x] > vmax) vmax = ids[y * S + x];
         }
     }
-    int nc = vmax + 1 > n_classes ? vmax + 1 : n_classes;
+    int nc = vmax + 1 > n_classes ? vmax + 1 : n_classes, n_show = 0;
     counts = calloc((size_t)nc, sizeof *counts);
-    if (!counts) goto nomem;
-    for (int64_t i = 0; i < n; i++) counts[ids[i]]++;
+    lut = malloc((size_t)nc * 3);
+    if (!counts || !lut) goto nomem;
+    for (int64_t i = 0; i < n; i++)
+        counts[ids[i]]++;
+    for (int c = 0; c < nc; c++) {
+        class_color(c, n_classes, rgb, lut + 3 * c);
+        n_show += counts[c] > 0;
+    }
     /* the map at the asked size (the counts stay the file's) */
     int64_t L0 = L, S0 = S;
     HSI_TRY(sized(path, L0, S0, width, &L, &S));
 
-    int scale = L >= 240 ? 2 : 1, n_show = 0, text_w = 0;
-    for (int c = 0; c < nc; c++) {
-        if (!counts[c]) continue;
-        char t[128];
-        const char *nm = names && c < n_classes && names[c] ? names[c] : c ? "" : "unlabelled";
-        int k = snprintf(t, sizeof t, "%d%s%s (%lld)", c, *nm ? " " : "", nm, (long long)counts[c]);
-        if (k > 100) k = 100;
-        if (k > text_w) text_w = k;
-        n_show++;
+    if (!legend) {
+        if (!(img = malloc((size_t)(L * S) * 3))) goto nomem;
+        for (int64_t y = 0; y < L; y++)
+            for (int64_t x = 0; x < S; x++)
+                memcpy(img + 3 * (y * S + x),
+                       lut + 3 * ids[nn_src(y, L0, L) * S0 + nn_src(x, S0, S)], 3);
+        st = hsi_gdal_write_png(path, img, L, S, 3);
+        goto cleanup;
     }
-    int64_t row_h = (FONT_H + 3) * scale, box = FONT_H * scale;
-    int64_t leg_w = legend ? 8 * scale + box + 4 * scale + (int64_t)text_w * FONT_W * scale + 8 * scale
-                           : 0;
-    int64_t leg_h = legend ? 8 * scale + n_show * row_h + 4 * scale : 0;
-    int64_t W = S + leg_w, H = L > leg_h ? L : leg_h;
-    img = calloc((size_t)(W * H), 3);
-    if (!img) goto nomem;
-    for (int64_t y = 0; y < L; y++)
+
+    /* map + legend: one cairo canvas, white; the map's pixels copied in
+     * exactly, the legend drawn right of it */
+    legend_box lb;
+    HSI_TRY(legend_layout(&lb, L, counts, nc, n_classes, names, n_show));
+    int64_t W = S + lb.w, H = L > lb.h ? L : lb.h;
+    if (W > 32767 || H > 32767) {
+        st = HSI_FAIL(HSI_ERR_ARG,
+                      "%s: a %lld x %lld map with its legend is %lld x %lld pixels, beyond the "
+                      "32767 a side a legend can be drawn on (leave the legend out, or ask for a "
+                      "narrower picture)",
+                      path, (long long)S, (long long)L, (long long)W, (long long)H);
+        goto cleanup;
+    }
+    HSI_TRY(hsi_plot_new_raster(&p, (int)W, (int)H));
+    if (!(img = malloc((size_t)S * 3))) goto nomem;
+    for (int64_t y = 0; y < L; y++) {
+        const int32_t *src = ids + nn_src(y, L0, L) * S0;
         for (int64_t x = 0; x < S; x++)
-            class_color(ids[nn_src(y, L0, L) * S0 + nn_src(x, S0, S)], n_classes, rgb,
-                        img + 3 * (y * W + x));
-    if (legend) {
-        const uint8_t white[3] = {255, 255, 255}, grey[3] = {90, 90, 90}, black[3] = {0, 0, 0};
-        fill_rect(img, W, H, S, 0, leg_w, H, white);
-        int64_t y = 8 * scale, x = S + 8 * scale;
-        for (int c = 0; c < nc; c++) {
-            if (!counts[c]) continue;
-            uint8_t col[3];
-            class_color(c, n_classes, rgb, col);
-            fill_rect(img, W, H, x - 1, y - 1, box + 2, box + 2, grey);
-            fill_rect(img, W, H, x, y, box, box, col);
-            char t[128];
-            const char *nm = names && c < n_classes && names[c] ? names[c] : c ? "" : "unlabelled";
-            snprintf(t, 101, "%d%s%s (%lld)", c, *nm ? " " : "", nm, (long long)counts[c]);
-            draw_text(img, W, H, x + box + 4 * scale, y, t, scale, black);
-            y += row_h;
-        }
+            memcpy(img + 3 * x, lut + 3 * src[nn_src(x, S0, S)], 3);
+        hsi_plot_put_rgb(p, 0, (int)y, img, (int)S, 1);
     }
-    st = hsi_gdal_write_png(path, img, H, W, 3);
+    legend_draw(p, &lb, (int)S, counts, nc, n_classes, names, rgb);
+    st = hsi_plot_write_png(p, path);
     goto cleanup;
 nomem:
     st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory (quicklook of %s)", path);
 cleanup:
+    hsi_plot_free(p);
     free(ids);
     free(counts);
+    free(lut);
     free(img);
     return st;
 }
@@ -342,8 +343,9 @@ hsi_status hsi_quicklook_rgb_png(const char *path, const hsi_view *cube, const i
     return hsi_quicklook_rgb_png_sized(path, cube, band, pct, meta, 0);
 }
 
-hsi_status hsi_quicklook_rgb_png_sized(const char *path, const hsi_view *cube, const int64_t band[3],
-                                       double pct, const hsi_meta *meta, int64_t width)
+hsi_status hsi_quicklook_rgb_png_sized(const char *path, const hsi_view *cube,
+                                       const int64_t band[3], double pct, const hsi_meta *meta,
+                                       int64_t width)
 {
     hsi_status st = HSI_OK;
     float *plane = NULL;
@@ -396,7 +398,8 @@ hsi_status hsi_quicklook_rgb_png_sized(const char *path, const hsi_view *cube, c
         }
         for (int64_t y = 0; y < L2; y++)
             for (int64_t x = 0; x < S2; x++)
-                memcpy(big + 3 * (y * S2 + x), img + 3 * (nn_src(y, L, L2) * S + nn_src(x, S, S2)), 3);
+                memcpy(big + 3 * (y * S2 + x), img + 3 * (nn_src(y, L, L2) * S + nn_src(x, S, S2)),
+                       3);
     }
     st = hsi_gdal_write_png(path, big ? big : img, L2, S2, 3);
 cleanup:

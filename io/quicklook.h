@@ -1,7 +1,8 @@
 /* quicklook.h — pictures for people: a false-colour PNG of three bands of a
  * cube with a per-channel percent stretch, and a label map drawn with class
  * colours and a legend (colour, id, name, pixel count). Not a plotting
- * library: fixed 6x11 bitmap font, PNG out through GDAL. */
+ * library: the legend's text is drawn by cairo (plot.h, DejaVu Sans, UTF-8
+ * names); pictures without a legend go out through GDAL. */
 #ifndef HSI_IO_QUICKLOOK_H
 #define HSI_IO_QUICKLOOK_H
 
@@ -25,7 +26,13 @@ hsi_status hsi_quicklook_rgb_png(const char *path, const hsi_view *cube, const i
  * black), any strides. n_classes: entries in names/rgb (ids may exceed it:
  * a fixed palette and "class N" are used). names/rgb may be NULL. Writes an
  * RGB PNG: the map, then (legend != 0) a white panel to the right listing
- * each class present with its colour, id, name and pixel count. */
+ * each class present with its colour, id, name and pixel count. The map's
+ * pixels are the class colours exactly (nearest-neighbour, no blending);
+ * the text grows with the map (13 px up to 416 lines, then lines/32, at most
+ * 40), the entries in as many columns as keep the panel about as tall as
+ * the map (at least 400 px); when the panel is the taller, the picture is
+ * as tall as it and white under the map. With a legend each side is at
+ * most 32767 pixels. */
 hsi_status hsi_quicklook_labels_png_legend(const char *path, const hsi_view *map, int n_classes,
                                            const char *const *names, const uint8_t *rgb,
                                            int legend);

@@ -8,6 +8,7 @@
 #ifndef HSI_LAYER_T
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kern_internal.h"
@@ -269,6 +270,147 @@ void HSI_FN(hsi_bn_relu_backward)(T *dx, T *dgamma, T *dbeta, const T *dy, const
                         .c = c, .s = s, .training = training, .acc = accumulate};
     (void)hsi_parallel(hsi_threads_for((double)n * c * s, c), HSI_FN(bn_bwd_part), &j);
 }
+
+/* ------------------------------------------- synchronised (SyncBatchNorm) */
+
+/* One synchronised pass's arguments: per-channel sums into a / b, or the
+ * application of the global statistics. */
+typedef struct HSI_FN(bn_sjob) {
+    const T *x, *dy, *yr, *gamma, *beta, *mean, *invstd;
+    T *y, *dx, *dgamma, *dbeta;
+    double *a, *b; /* per channel: sums (phase 0, 1, 3) */
+    double count;  /* global values per channel (phase 4) */
+    int n, c, relu, acc, phase;
+    int64_t s;
+} HSI_FN(bn_sjob);
+
+static hsi_status HSI_FN(bn_sync_part)(void *ctx, int t, int nt)
+{
+    const HSI_FN(bn_sjob) *j = ctx;
+    int n = j->n, c = j->c;
+    int64_t s = j->s, c0, c1;
+    hsi_split_range(c, t, nt, &c0, &c1);
+    for (int64_t ch = c0; ch < c1; ch++) {
+        switch (j->phase) {
+        case 0: j->a[ch] = HSI_FN(bn_sum)(j->x, n, c, s, ch); break;
+        case 1: j->b[ch] = HSI_FN(bn_sqdev)(j->x, n, c, s, ch, j->mean[ch]); break;
+        case 2: { /* y = x * scale + shift (ReLU fused) */
+            T scale = j->gamma ? j->gamma[ch] * j->invstd[ch] : j->invstd[ch];
+            T shift = (j->beta ? j->beta[ch] : (T)0) - j->mean[ch] * scale;
+            for (int64_t i = 0; i < n; i++) {
+                const T *r = j->x + (i * c + ch) * s;
+                T *o = j->y + (i * c + ch) * s;
+                for (int64_t e = 0; e < s; e++) {
+                    T v = r[e] * scale + shift;
+                    o[e] = j->relu && !(v > 0) ? 0 : v;
+                }
+            }
+            break;
+        }
+        case 3: {
+            HSI_FN(bn_dsums)(&j->a[ch], &j->b[ch], j->dy, j->yr, j->x, n, c, s, ch, j->mean[ch]);
+            /* this rank's parameter gradients (a data-parallel step sums them) */
+            if (j->dgamma) j->dgamma[ch] += (T)(j->b[ch] * (double)j->invstd[ch]);
+            if (j->dbeta) j->dbeta[ch] += (T)j->a[ch];
+            break;
+        }
+        case 4: { /* dx from the global sums a (dy), b (dy (x - m)) */
+            if (!j->dx) break;
+            T m = j->mean[ch], is = j->invstd[ch];
+            T gis = (j->gamma ? j->gamma[ch] : (T)1) * is;
+            T k = (T)(j->b[ch] * (double)is / j->count) * is;
+            T a = gis, bb = -gis * k, e = -gis * (T)(j->a[ch] / j->count);
+            for (int64_t i = 0; i < n; i++) {
+                const T *g = j->dy + (i * c + ch) * s, *r = j->x + (i * c + ch) * s;
+                const T *q = j->yr ? j->yr + (i * c + ch) * s : NULL;
+                T *o = j->dx + (i * c + ch) * s;
+                for (int64_t f = 0; f < s; f++) {
+                    T gv = !q || q[f] > 0 ? g[f] : 0;
+                    T v = gv * a + (r[f] - m) * bb + e;
+                    o[f] = j->acc ? o[f] + v : v;
+                }
+            }
+            break;
+        }
+        }
+    }
+    return HSI_OK;
+}
+
+static hsi_status HSI_FN(bn_sync_run)(HSI_FN(bn_sjob) *j, int phase)
+{
+    j->phase = phase;
+    return hsi_parallel(hsi_threads_for((double)j->n * j->c * j->s, j->c), HSI_FN(bn_sync_part), j);
+}
+
+hsi_status HSI_FN(hsi_bn_sync_forward)(T *y, T *save_mean, T *save_invstd, T *running_mean,
+                                       T *running_var, const T *x, const T *gamma, const T *beta,
+                                       int n, int c, int64_t s, T eps, T momentum, int relu,
+                                       hsi_status (*sync)(void *, double *, int64_t), void *ctx)
+{
+    hsi_status st = HSI_OK;
+    double *v = malloc((size_t)(2 * c + 1) * sizeof *v);
+    T *mean = malloc((size_t)(2 * c) * sizeof *mean);
+    if (!v || !mean) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "batch_norm (sync): out of memory");
+        goto cleanup;
+    }
+    T *invstd = mean + c;
+    HSI_FN(bn_sjob) j = {.x = x, .y = y, .gamma = gamma, .beta = beta, .mean = mean,
+                         .invstd = invstd, .a = v, .b = v + c + 1, .n = n, .c = c, .s = s,
+                         .relu = relu};
+    HSI_TRY(HSI_FN(bn_sync_run)(&j, 0));
+    v[c] = (double)n * (double)s;
+    HSI_TRY(sync(ctx, v, c + 1));
+    double count = v[c];
+    if (!(count >= 2)) {
+        st = HSI_FAIL(HSI_ERR_ARG, "batch_norm (sync): training needs more than 1 value per "
+                                   "channel over all ranks (got %g)", count);
+        goto cleanup;
+    }
+    for (int ch = 0; ch < c; ch++) mean[ch] = (T)(v[ch] / count);
+    HSI_TRY(HSI_FN(bn_sync_run)(&j, 1));
+    HSI_TRY(sync(ctx, j.b, c));
+    for (int ch = 0; ch < c; ch++) {
+        double m = v[ch] / count, var = j.b[ch] / count;
+        invstd[ch] = (T)(1.0 / sqrt(var + (double)eps));
+        if (save_mean) save_mean[ch] = mean[ch];
+        if (save_invstd) save_invstd[ch] = invstd[ch];
+        if (running_mean && running_var) {
+            double unbiased = var * count / (count - 1);
+            running_mean[ch] = (T)((1 - (double)momentum) * running_mean[ch] + (double)momentum * m);
+            running_var[ch] = (T)((1 - (double)momentum) * running_var[ch] + (double)momentum * unbiased);
+        }
+    }
+    HSI_TRY(HSI_FN(bn_sync_run)(&j, 2));
+cleanup:
+    free(v);
+    free(mean);
+    return st;
+}
+
+hsi_status HSI_FN(hsi_bn_sync_backward)(T *dx, T *dgamma, T *dbeta, const T *dy, const T *x,
+                                        const T *y, const T *gamma, const T *save_mean,
+                                        const T *save_invstd, int n, int c, int64_t s,
+                                        int accumulate,
+                                        hsi_status (*sync)(void *, double *, int64_t), void *ctx)
+{
+    hsi_status st = HSI_OK;
+    double *v = malloc((size_t)(2 * c + 1) * sizeof *v);
+    if (!v) return HSI_FAIL(HSI_ERR_NOMEM, "batch_norm (sync): out of memory");
+    HSI_FN(bn_sjob) j = {.x = x, .dy = dy, .yr = y, .gamma = gamma, .mean = save_mean,
+                         .invstd = save_invstd, .dx = dx, .dgamma = dgamma, .dbeta = dbeta,
+                         .a = v, .b = v + c, .n = n, .c = c, .s = s, .acc = accumulate};
+    HSI_TRY(HSI_FN(bn_sync_run)(&j, 3));
+    v[2 * c] = (double)n * (double)s;
+    HSI_TRY(sync(ctx, v, 2 * c + 1));
+    j.count = v[2 * c];
+    HSI_TRY(HSI_FN(bn_sync_run)(&j, 4));
+cleanup:
+    free(v);
+    return st;
+}
+
 
 #undef BN_L
 #undef VT

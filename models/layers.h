@@ -146,6 +146,38 @@ void hsi_bn_backward_f64(double *dx, double *dgamma, double *dbeta, const double
                          const double *x, const double *gamma, const double *save_mean,
                          const double *save_invstd, int n, int c, int64_t s, int training);
 
+/* Synchronised batch norm (training only; PyTorch's SyncBatchNorm): the
+ * per-channel sums are added over all ranks by sync(ctx, v, n), which sums
+ * n doubles in place. Forward: sums of x and the value count (C + 1), then
+ * sums of (x - mean)^2 around the global mean (C); mean, biased variance
+ * for normalising and the unbiased one for running_var come from the
+ * global sums and count. Backward: sums of dy and dy * (x - mean) (2 C and
+ * the count), so dx is the gradient through the global statistics;
+ * dgamma and dbeta (accumulated) stay this rank's sums (a data-parallel
+ * trainer adds them over ranks with the other gradients). y: the forward's
+ * output when relu (dy masked where y <= 0), else NULL. Returns sync's
+ * status. Same arguments as above otherwise. */
+hsi_status hsi_bn_sync_forward_f32(float *y, float *save_mean, float *save_invstd,
+                                   float *running_mean, float *running_var, const float *x,
+                                   const float *gamma, const float *beta, int n, int c, int64_t s,
+                                   float eps, float momentum, int relu,
+                                   hsi_status (*sync)(void *ctx, double *v, int64_t n), void *ctx);
+hsi_status hsi_bn_sync_backward_f32(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                    const float *x, const float *y, const float *gamma,
+                                    const float *save_mean, const float *save_invstd, int n,
+                                    int c, int64_t s, int accumulate,
+                                    hsi_status (*sync)(void *ctx, double *v, int64_t n), void *ctx);
+hsi_status hsi_bn_sync_forward_f64(double *y, double *save_mean, double *save_invstd,
+                                   double *running_mean, double *running_var, const double *x,
+                                   const double *gamma, const double *beta, int n, int c,
+                                   int64_t s, double eps, double momentum, int relu,
+                                   hsi_status (*sync)(void *ctx, double *v, int64_t n), void *ctx);
+hsi_status hsi_bn_sync_backward_f64(double *dx, double *dgamma, double *dbeta, const double *dy,
+                                    const double *x, const double *y, const double *gamma,
+                                    const double *save_mean, const double *save_invstd, int n,
+                                    int c, int64_t s, int accumulate,
+                                    hsi_status (*sync)(void *ctx, double *v, int64_t n), void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* ops.c — the differentiable element, linear, activation, dropout, concat
  * and loss ops of the engine (forward + backward, float32 and float64).
  * Not the layer ops (ops_layers.c) and not the graph machinery (tensor.c). */
+#include "core/prng.h"
 #include "models/tensor_impl.h"
 
 #include <cblas.h>
@@ -465,6 +466,17 @@ hsi_status hsi_swish(hsi_tensor **out, hsi_graph *g, hsi_tensor *x)
 
 /* -------------------------------------------------------- dropout */
 
+static __thread uint64_t g_drop_key;
+static __thread int64_t g_drop_row0;
+static __thread uint64_t g_drop_k;
+
+void hsi_dropout_key_set(uint64_t key, int64_t row0)
+{
+    g_drop_key = key;
+    g_drop_row0 = row0;
+    g_drop_k = 0;
+}
+
 static hsi_status bw_dropout(hsi_node *n)
 {
     void *dx = hsi_node_grad_in(n, 0);
@@ -495,6 +507,7 @@ hsi_status hsi_dropout(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, double p, 
         *out = x;
         return HSI_OK;
     }
+    int explicit_rng = rng != NULL;
     if (!rng) rng = hsi_default_rng();
     HSI_TRY(hsi_eng_packed(&x, g, x));
     HSI_TRY(hsi_op_output(out, g, x->data.dtype, x->data.ndim, x->data.shape));
@@ -504,11 +517,27 @@ hsi_status hsi_dropout(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, double p, 
     double keep = p < 1 ? 1.0 / (1.0 - p) : 0.0;
     /* 24-bit uniform numbers, two per RNG draw */
     uint32_t thr = (uint32_t)(p * 16777216.0);
-    for (int64_t i = 0; i < cnt; i += 2) {
-        uint64_t r = hsi_rng_next(rng);
-        uint32_t u0 = (uint32_t)(r >> 40), u1 = (uint32_t)((r >> 16) & 0xffffff);
-        mask[i] = u0 < thr ? 0.0f : (float)keep;
-        if (i + 1 < cnt) mask[i + 1] = u1 < thr ? 0.0f : (float)keep;
+    if (g_drop_key && !explicit_rng) { /* keyed by sample: one stream per row */
+        int64_t rows = x->data.shape[0] > 0 ? x->data.shape[0] : 1, per = cnt / rows;
+        uint64_t kk = hsi_prng_key(g_drop_key, g_drop_k++);
+        for (int64_t r0 = 0; r0 < rows; r0++) {
+            hsi_prng pr;
+            hsi_prng_init(&pr, hsi_prng_key(kk, (uint64_t)(g_drop_row0 + r0)));
+            float *mrow = mask + r0 * per;
+            for (int64_t i = 0; i < per; i += 2) {
+                uint64_t r = hsi_prng_next(&pr);
+                uint32_t u0 = (uint32_t)(r >> 40), u1 = (uint32_t)((r >> 16) & 0xffffff);
+                mrow[i] = u0 < thr ? 0.0f : (float)keep;
+                if (i + 1 < per) mrow[i + 1] = u1 < thr ? 0.0f : (float)keep;
+            }
+        }
+    } else {
+        for (int64_t i = 0; i < cnt; i += 2) {
+            uint64_t r = hsi_rng_next(rng);
+            uint32_t u0 = (uint32_t)(r >> 40), u1 = (uint32_t)((r >> 16) & 0xffffff);
+            mask[i] = u0 < thr ? 0.0f : (float)keep;
+            if (i + 1 < cnt) mask[i + 1] = u1 < thr ? 0.0f : (float)keep;
+        }
     }
     if (p >= 1)
         for (int64_t i = 0; i < cnt; i++) mask[i] = 0;

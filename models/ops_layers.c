@@ -299,7 +299,24 @@ cleanup:
 typedef struct bn_saved {
     void *mean, *invstd; /* (C) */
     int training, relu;  /* relu: fused ReLU, the node's output masks the gradient */
+    hsi_bn_sync_fn sync; /* SyncBatchNorm: the statistics were summed over ranks */
+    void *sync_ctx;
 } bn_saved;
+
+static __thread hsi_bn_sync_fn g_bn_sync;
+static __thread void *g_bn_sync_ctx;
+
+void hsi_bn_set_sync(hsi_bn_sync_fn fn, void *ctx)
+{
+    g_bn_sync = fn;
+    g_bn_sync_ctx = ctx;
+}
+
+hsi_bn_sync_fn hsi_bn_get_sync(void **ctx)
+{
+    if (ctx) *ctx = g_bn_sync_ctx;
+    return g_bn_sync;
+}
 
 static hsi_status bw_bn(hsi_node *n)
 {
@@ -312,6 +329,16 @@ static hsi_status bw_bn(hsi_node *n)
     if (!dx && !dg && !db) return HSI_OK;
     int N = (int)x->data.shape[0], C = (int)x->data.shape[1];
     const void *y = s->relu ? hsi_tensor_ptr(n->out) : NULL;
+    if (s->sync) {
+        void *gp = gamma ? hsi_tensor_ptr(gamma) : NULL;
+        if (IS32(x))
+            return hsi_bn_sync_backward_f32(dx, dg, db, hsi_node_grad_out(n), hsi_tensor_ptr(x), y,
+                                            gp, s->mean, s->invstd, N, C, spatial(x), !fresh,
+                                            s->sync, s->sync_ctx);
+        return hsi_bn_sync_backward_f64(dx, dg, db, hsi_node_grad_out(n), hsi_tensor_ptr(x), y, gp,
+                                        s->mean, s->invstd, N, C, spatial(x), !fresh, s->sync,
+                                        s->sync_ctx);
+    }
     if (IS32(x))
         hsi_bn_relu_backward_f32(dx, dg, db, hsi_node_grad_out(n), hsi_tensor_ptr(x), y,
                                  gamma ? hsi_tensor_ptr(gamma) : NULL, s->mean, s->invstd, N, C,
@@ -355,7 +382,7 @@ static hsi_status batch_norm_any(hsi_tensor **out, hsi_graph *g, hsi_tensor *x,
     HSI_TRY(hsi_eng_packed(&x, g, x));
     int N = (int)x->data.shape[0], C = (int)x->data.shape[1];
     int64_t S = spatial(x);
-    if (training && (int64_t)N * S < 2)
+    if (training && !g_bn_sync && (int64_t)N * S < 2) /* synced: the count over ranks is checked */
         return HSI_FAIL(HSI_ERR_ARG, "batch_norm: training needs more than 1 value per channel "
                                      "(got N = %d, spatial size %lld)", N, (long long)S);
     size_t esz = hsi_dtype_size(x->data.dtype);
@@ -365,6 +392,8 @@ static hsi_status batch_norm_any(hsi_tensor **out, hsi_graph *g, hsi_tensor *x,
     s->invstd = hsi_graph_scratch(g, (size_t)C * esz);
     s->training = training;
     s->relu = relu;
+    s->sync = training ? g_bn_sync : NULL;
+    s->sync_ctx = g_bn_sync_ctx;
     if (!s->mean || !s->invstd) return HSI_FAIL(HSI_ERR_NOMEM, "batch_norm: out of arena memory");
     HSI_TRY(hsi_op_output(out, g, x->data.dtype, x->data.ndim, x->data.shape));
     void *rm = running_mean ? hsi_tensor_ptr(running_mean) : NULL;
@@ -379,7 +408,15 @@ static hsi_status batch_norm_any(hsi_tensor **out, hsi_graph *g, hsi_tensor *x,
                 ((double *)s->invstd)[c] = 1.0 / sqrt(((double *)rv)[c] + eps);
         }
     }
-    if (IS32(x))
+    if (s->sync && IS32(x))
+        HSI_TRY(hsi_bn_sync_forward_f32(hsi_tensor_ptr(*out), s->mean, s->invstd, rm, rv,
+                                        hsi_tensor_ptr(x), gp, bp, N, C, S, (float)eps,
+                                        (float)momentum, relu, s->sync, s->sync_ctx));
+    else if (s->sync)
+        HSI_TRY(hsi_bn_sync_forward_f64(hsi_tensor_ptr(*out), s->mean, s->invstd, rm, rv,
+                                        hsi_tensor_ptr(x), gp, bp, N, C, S, eps, momentum, relu,
+                                        s->sync, s->sync_ctx));
+    else if (IS32(x))
         (relu ? hsi_bn_relu_forward_f32 : hsi_bn_forward_f32)(
             hsi_tensor_ptr(*out), s->mean, s->invstd, rm, rv, hsi_tensor_ptr(x), gp, bp, N, C, S,
             (float)eps, (float)momentum, training);

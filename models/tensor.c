@@ -118,6 +118,14 @@ void hsi_manual_seed(uint64_t seed) { hsi_rng_seed(&g_rng, seed); }
 static _Thread_local int tl_no_grad;
 static _Thread_local const char *tl_layer;
 static int g_anomaly;
+static __thread hsi_backward_hook_fn g_bw_hook;
+static __thread void *g_bw_hook_ctx;
+
+void hsi_backward_set_hook(hsi_backward_hook_fn fn, void *ctx)
+{
+    g_bw_hook = fn;
+    g_bw_hook_ctx = ctx;
+}
 
 int hsi_set_grad_enabled(int on)
 {
@@ -741,6 +749,10 @@ hsi_status hsi_backward_grad(hsi_tensor *out, const void *grad_out, int retain_g
             }
         }
         if (!retain_graph) n->freed = 1;
+        if (g_bw_hook) {
+            st = g_bw_hook(g_bw_hook_ctx, n);
+            if (st != HSI_OK) goto cleanup;
+        }
     }
 cleanup:
     return st;

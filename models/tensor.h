@@ -44,6 +44,33 @@ struct hsi_tensor {
     void *gflow;         /* gradient flowing during the current backward */
 };
 
+/* --------------------------------------------- data-parallel hooks */
+
+/* Called on the backward's thread after each node's backward has run (a
+ * data-parallel trainer starts a gradient bucket's allreduce as soon as
+ * its parameters' gradients are complete). A non-OK status stops the
+ * backward. NULL: none (the default). Thread-local. */
+typedef hsi_status (*hsi_backward_hook_fn)(void *ctx, hsi_node *n);
+void hsi_backward_set_hook(hsi_backward_hook_fn fn, void *ctx);
+
+/* Synchronised batch norm (SyncBatchNorm): while set, batch norm in
+ * training mode adds its per-channel statistics over all ranks through fn
+ * (n doubles summed over the ranks in place) in forward and backward (see
+ * hsi_bn_sync_forward_f32 in layers.h). NULL: each process's own batch
+ * (the default). Thread-local (the thread that runs the steps). */
+typedef hsi_status (*hsi_bn_sync_fn)(void *ctx, double *v, int64_t n);
+void hsi_bn_set_sync(hsi_bn_sync_fn fn, void *ctx);
+hsi_bn_sync_fn hsi_bn_get_sync(void **ctx);
+
+/* Dropout masks keyed by sample: after hsi_dropout_key_set(key, row0)
+ * with key != 0, the k-th training-mode dropout op since the call (k = 0,
+ * 1, ...) draws the mask of row i (axis 0) from a stream keyed by (key, k,
+ * row0 + i) instead of the engine RNG, so a sample's mask does not depend
+ * on the rank or the micro-batch that holds it (data-parallel training:
+ * key = the global batch's seed, row0 = the slice's position in it).
+ * key 0: the engine RNG again (the default). Thread-local. */
+void hsi_dropout_key_set(uint64_t key, int64_t row0);
+
 /* ------------------------------------------------ memory accounting */
 
 typedef struct hsi_mem_stats {

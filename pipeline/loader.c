@@ -36,6 +36,33 @@ uint64_t hsi_loader_batch_seed(uint64_t seed, int64_t epoch, int64_t index)
     return hsi_prng_key(hsi_prng_key(seed ^ 0x6c6f6164ull, (uint64_t)epoch), (uint64_t)index);
 }
 
+int64_t hsi_loader_dist_batches(int64_t n_samples, int64_t batch_size, int n_ranks, int drop_last)
+{
+    if (n_ranks < 1) n_ranks = 1;
+    if (drop_last) return n_samples / batch_size;
+    int64_t total = (n_samples + n_ranks - 1) / n_ranks * n_ranks;
+    return (total + batch_size - 1) / batch_size;
+}
+
+void hsi_loader_dist_batch(const int64_t *perm, int64_t n_samples, int64_t batch_size, int rank,
+                           int n_ranks, int drop_last, int64_t index, int64_t *samples, int64_t *n,
+                           int64_t *first, int64_t *n_global)
+{
+    if (n_ranks < 1) n_ranks = 1;
+    int64_t total = drop_last ? n_samples / batch_size * batch_size
+                              : (n_samples + n_ranks - 1) / n_ranks * n_ranks;
+    int64_t g0 = index * batch_size, ng = total - g0;
+    if (ng > batch_size) ng = batch_size;
+    int64_t nl = ng / n_ranks, p0 = g0 + rank * nl;
+    for (int64_t j = 0; j < nl; j++) {
+        int64_t pos = (p0 + j) % n_samples; /* past the end: the padding, from the start */
+        samples[j] = perm ? perm[pos] : pos;
+    }
+    *n = nl;
+    *first = rank * nl;
+    *n_global = ng;
+}
+
 typedef struct loader_slot {
     hsi_buffer *host, *dev;
     int64_t ticket; /* -1: never used */
@@ -56,6 +83,8 @@ typedef struct perm_entry {
 struct hsi_loader {
     hsi_loader_params p;
     int64_t nb;    /* batches per epoch */
+    int n_ranks;   /* dist_size, at least 1 */
+    int64_t local; /* samples per slot: batch_size / n_ranks */
     size_t x_cap;  /* bytes of x per slot, 64-aligned */
     size_t y_cap;
     int n_slots;
@@ -86,26 +115,28 @@ static hsi_status prepare_slot(hsi_loader *L, loader_slot *s, int64_t t)
 {
     const hsi_loader_params *p = &L->p;
     int64_t epoch = p->first_epoch + t / L->nb, index = t % L->nb;
-    int64_t first = index * p->batch_size, n = p->n_samples - first;
-    if (n > p->batch_size) n = p->batch_size;
     s->ticket = t;
     s->ready = 0;
     s->status = HSI_OK;
     s->err[0] = 0;
-    if (!p->shuffle) {
-        for (int64_t j = 0; j < n; j++) s->samples[j] = first + j;
-    } else {
+    const int64_t *perm = NULL;
+    if (p->shuffle) {
         perm_entry *e = &L->perms[(uint64_t)epoch % (uint64_t)L->n_perms];
         if (e->epoch != epoch) {
             hsi_loader_epoch_order(e->perm, p->n_samples, p->seed, epoch, 1);
             e->epoch = epoch;
         }
-        memcpy(s->samples, e->perm + first, (size_t)n * sizeof *s->samples);
+        perm = e->perm;
     }
+    int64_t n, first, n_global;
+    hsi_loader_dist_batch(perm, p->n_samples, p->batch_size, p->dist_rank, L->n_ranks, p->drop_last,
+                          index, s->samples, &n, &first, &n_global);
     hsi_batch *b = &s->b;
     b->epoch = epoch;
     b->index = index;
     b->n = n;
+    b->first = first;
+    b->n_global = n_global;
     b->samples = s->samples;
     b->seed = hsi_loader_batch_seed(p->seed, epoch, index);
     b->wait_s = 0;
@@ -196,13 +227,20 @@ hsi_status hsi_loader_create(hsi_loader **out, const hsi_loader_params *p)
     if (p->first_epoch < 0)
         return HSI_FAIL(HSI_ERR_ARG, "loader: first_epoch must be >= 0 (found %lld)",
                         (long long)p->first_epoch);
+    int n_ranks = p->dist_size > 1 ? p->dist_size : 1;
+    if (p->dist_rank < 0 || p->dist_rank >= n_ranks)
+        return HSI_FAIL(HSI_ERR_ARG, "loader: dist_rank %d is not a rank of %d", p->dist_rank, n_ranks);
+    if (p->batch_size % n_ranks != 0)
+        return HSI_FAIL(HSI_ERR_ARG, "loader: the batch of %lld samples does not split into %d equal "
+                                     "slices (give a batch size that is a multiple of the ranks)",
+                        (long long)p->batch_size, n_ranks);
     if (p->drop_last && p->n_samples < p->batch_size)
         return HSI_FAIL(HSI_ERR_ARG,
                         "loader: drop_last with %lld samples and batch size %lld leaves no batch",
                         (long long)p->n_samples, (long long)p->batch_size);
-    int64_t xb, yb;
-    if (!hsi_mul_ok(p->batch_size, (int64_t)p->x_bytes, &xb) ||
-        !hsi_mul_ok(p->batch_size, (int64_t)p->y_bytes, &yb) || xb > ((int64_t)1 << 40))
+    int64_t xb, yb, local = p->batch_size / n_ranks;
+    if (!hsi_mul_ok(local, (int64_t)p->x_bytes, &xb) ||
+        !hsi_mul_ok(local, (int64_t)p->y_bytes, &yb) || xb > ((int64_t)1 << 40))
         return HSI_FAIL(HSI_ERR_OVERFLOW, "loader: batch of %lld x %zu bytes is too large",
                         (long long)p->batch_size, p->x_bytes);
     const hsi_cuda_plugin *cu = NULL;
@@ -218,8 +256,9 @@ hsi_status hsi_loader_create(hsi_loader **out, const hsi_loader_params *p)
     L->p = *p;
     L->cu = cu;
     if (L->p.prefetch == 0) L->p.prefetch = 2;
-    L->nb = p->drop_last ? p->n_samples / p->batch_size
-                         : (p->n_samples + p->batch_size - 1) / p->batch_size;
+    L->n_ranks = n_ranks;
+    L->local = local;
+    L->nb = hsi_loader_dist_batches(p->n_samples, p->batch_size, n_ranks, p->drop_last);
     L->x_cap = round64((size_t)xb);
     L->y_cap = round64((size_t)yb);
     L->n_slots = p->n_workers > 0 ? p->n_workers * L->p.prefetch : 1;
@@ -270,7 +309,7 @@ hsi_status hsi_loader_create(hsi_loader **out, const hsi_loader_params *p)
         loader_slot *s = &L->slots[i];
         s->ticket = -1;
         HSI_TRY(hsi_buffer_alloc(&s->host, L->x_cap + L->y_cap, kind));
-        s->samples = malloc((size_t)p->batch_size * sizeof *s->samples);
+        s->samples = malloc((size_t)local * sizeof *s->samples);
         if (!s->samples) {
             st = HSI_FAIL(HSI_ERR_NOMEM, "loader: out of memory");
             goto cleanup;

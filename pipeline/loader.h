@@ -18,7 +18,11 @@ typedef struct hsi_batch {
     int64_t epoch;          /* first_epoch, first_epoch + 1, ... */
     int64_t index;          /* batch number within the epoch, from 0 */
     int64_t n;              /* samples in this batch: batch_size, or fewer for the
-                               last batch of an epoch without drop_last */
+                               last batch of an epoch without drop_last (with
+                               several ranks: this rank's slice of them) */
+    int64_t first;          /* position of samples[0] in the global batch (rank r
+                               of N: r * n; 0 with one rank) */
+    int64_t n_global;       /* samples of the global batch (= n with one rank) */
     const int64_t *samples; /* n dataset indices (0..n_samples-1), epoch order */
     uint64_t seed;          /* derived from (seed, epoch, index): the fill callback
                                derives per-sample seeds from it, never from a thread */
@@ -48,6 +52,10 @@ typedef struct hsi_loader_params {
     int drop_last;      /* 1: drop the last incomplete batch of each epoch */
     uint64_t seed;
     int64_t first_epoch; /* epoch number of the first batch (resume) */
+    /* data-parallel training: this loader delivers rank dist_rank's slice
+     * of each global batch of batch_size samples (hsi_loader_dist_batch);
+     * dist_size 0 or 1: the whole batches */
+    int dist_rank, dist_size;
     /* CUDA build only: also keep a device copy of each batch. Worker
      * threads issue the host-to-device copy of each batch on the loader's
      * own stream as soon as it is filled (so batch i+1 is copied while i is
@@ -95,6 +103,24 @@ void hsi_loader_destroy(hsi_loader *L);
 /* The epoch order: perm (n,) = 0..n-1, Fisher-Yates shuffled by a stream
  * keyed by (seed, epoch) when shuffle is set. */
 void hsi_loader_epoch_order(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, int shuffle);
+/* The distributed sampler. The epoch's order (hsi_loader_epoch_order, the
+ * same on every rank) is, as in PyTorch's DistributedSampler, padded by
+ * repeating it from its start to a multiple of n_ranks, or with drop_last
+ * cut to whole global batches of batch_size (a multiple of n_ranks).
+ * Global batch j (batch_size samples; the last one fewer without
+ * drop_last, a multiple of n_ranks all the same) is split into n_ranks
+ * equal contiguous slices and slice r goes to rank r: the union of the
+ * ranks' batches j is the one-process batch j, and for n_ranks = 1 this is
+ * the loader's plain order. Batches per epoch (the same on every rank): */
+int64_t hsi_loader_dist_batches(int64_t n_samples, int64_t batch_size, int n_ranks, int drop_last);
+/* Batch index of the epoch whose order is perm (n_samples,) for rank of
+ * n_ranks: samples (at least batch_size / n_ranks) gets its *n indices,
+ * *first its position in the global batch, *n_global the global batch's
+ * size. */
+void hsi_loader_dist_batch(const int64_t *perm, int64_t n_samples, int64_t batch_size, int rank,
+                           int n_ranks, int drop_last, int64_t index, int64_t *samples, int64_t *n,
+                           int64_t *first, int64_t *n_global);
+
 /* The seed of batch (epoch, index), as put in hsi_batch.seed. */
 uint64_t hsi_loader_batch_seed(uint64_t seed, int64_t epoch, int64_t index);
 

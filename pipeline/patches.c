@@ -215,7 +215,9 @@ hsi_status hsi_patch_fill(void *ctx, const hsi_batch *b)
         int64_t px = ds->pixels[b->samples[i]];
         hsi_status st = check_pixel(p, b->samples[i], px);
         if (st != HSI_OK) return st;
-        sample_into(p, x + i * per, px, ds->augment, hsi_patch_sample_seed(b->seed, i));
+        /* seeded by the position in the global batch: the same draw whichever
+         * rank holds the sample */
+        sample_into(p, x + i * per, px, ds->augment, hsi_patch_sample_seed(b->seed, b->first + i));
         if (y && ds->labels) y[i] = ds->labels[b->samples[i]];
     }
     return HSI_OK;

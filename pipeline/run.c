@@ -59,8 +59,10 @@ int hsi_run_class_of(const hsi_run *r, int64_t label)
 
 /* ------------------------------------------------------------ predict */
 
-hsi_status hsi_run_classify(const hsi_run *r, int32_t *pred, const hsi_patcher *pt,
-                            const int64_t *pixels, int64_t n, int batch, hsi_graph *g)
+/* y_true NULL: classes only. */
+static hsi_status classify(const hsi_run *r, int32_t *pred, const hsi_patcher *pt,
+                           const int64_t *pixels, int64_t n, int batch, hsi_graph *g,
+                           const int32_t *y_true, double *loss_sum)
 {
     hsi_status st = HSI_OK;
     int prev = hsi_set_grad_enabled(0);
@@ -74,6 +76,14 @@ hsi_status hsi_run_classify(const hsi_run *r, int32_t *pred, const hsi_patcher *
         HSI_TRY(hsi_graph_tensor(&x, g, HSI_F32, nd, shape, 0));
         HSI_TRY(hsi_patches_extract(pt, hsi_tensor_ptr(x), pixels + i0, nb, 0, 0));
         HSI_TRY(hsi_module_forward(&logits, r->net, g, x));
+        if (y_true) {
+            hsi_tensor *y = NULL, *loss = NULL;
+            int64_t yshape[1] = {nb};
+            HSI_TRY(hsi_graph_tensor(&y, g, HSI_I32, 1, yshape, 0));
+            memcpy(hsi_tensor_ptr(y), y_true + i0, (size_t)nb * sizeof *y_true);
+            HSI_TRY(hsi_cross_entropy(&loss, g, logits, y, NULL)); /* mean over the batch */
+            *loss_sum += hsi_tensor_item(loss) * nb;
+        }
         const float *lp = hsi_tensor_ptr(logits);
         int64_t K = logits->data.shape[1];
         for (int i = 0; i < nb; i++) {
@@ -85,6 +95,22 @@ hsi_status hsi_run_classify(const hsi_run *r, int32_t *pred, const hsi_patcher *
     }
 cleanup:
     hsi_set_grad_enabled(prev);
+    return st;
+}
+
+hsi_status hsi_run_classify(const hsi_run *r, int32_t *pred, const hsi_patcher *pt,
+                            const int64_t *pixels, int64_t n, int batch, hsi_graph *g)
+{
+    return classify(r, pred, pt, pixels, n, batch, g, NULL, NULL);
+}
+
+hsi_status hsi_run_classify_loss(const hsi_run *r, int32_t *pred, const hsi_patcher *pt,
+                                 const int64_t *pixels, int64_t n, int batch, hsi_graph *g,
+                                 const int32_t *y_true, double *mean_loss)
+{
+    double sum = 0;
+    hsi_status st = classify(r, pred, pt, pixels, n, batch, g, y_true, &sum);
+    *mean_loss = st == HSI_OK && n > 0 ? sum / (double)n : NAN;
     return st;
 }
 

@@ -58,6 +58,12 @@ int hsi_run_class_of(const hsi_run *r, int64_t label);
  * graph the caller owns (reset here). */
 hsi_status hsi_run_classify(const hsi_run *r, int32_t *pred, const hsi_patcher *pt,
                             const int64_t *pixels, int64_t n, int batch, hsi_graph *g);
+/* The same, and the mean cross-entropy of the n pixels against y_true (n)
+ * class indices (the training loss, hsi_cross_entropy's defaults, with the
+ * model in eval mode) in *mean_loss (NaN when n is 0). */
+hsi_status hsi_run_classify_loss(const hsi_run *r, int32_t *pred, const hsi_patcher *pt,
+                                 const int64_t *pixels, int64_t n, int batch, hsi_graph *g,
+                                 const int32_t *y_true, double *mean_loss);
 
 /* Options of a whole-scene prediction. */
 typedef struct hsi_predict_opts {

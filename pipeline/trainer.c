@@ -7,6 +7,7 @@
 #include "pipeline/trainer.h"
 
 #include <cJSON.h>
+#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/dist.h"
 #include "core/threads.h"
 #include "io/cube.h"
 #include "io/gdal_io.h"
@@ -26,8 +28,10 @@
 #include "models/checkpoint.h"
 #include "models/model_cuda.h"
 #include "models/tensor.h"
+#include "pipeline/ddp.h"
 #include "pipeline/loader.h"
 #include "pipeline/metrics.h"
+#include "pipeline/report.h"
 #include "pipeline/run_internal.h"
 #include "pipeline/workdir.h"
 
@@ -86,6 +90,10 @@ struct hsi_trainer {
     hsi_step_times pa;
     int64_t samples_total;
     hsi_train_result res;
+    /* data-parallel (ddp.h): NULL on the single-process path */
+    hsi_ddp *ddp;
+    int writer; /* this process writes the run's files (rank 0) */
+    int ranks;
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -245,6 +253,25 @@ static hsi_status step_cpu(hsi_trainer *t, const hsi_batch *b, const hsi_ce_opts
     const hsi_train_config *c = &t->c;
     int64_t shape[5];
     int nd = hsi_model_input_shape(c->model, (int)b->n, t->run.n_features, c->patch, shape);
+    if (t->ddp) { /* this rank's slice of the global batch */
+        double ls = 0;
+        int64_t hits = 0;
+        hsi_ddp_stats ds0, ds1;
+        hsi_ddp_get_stats(t->ddp, &ds0);
+        st = hsi_ddp_step(t->ddp, t->g, b->x, b->y, b->n, nd - 1, shape + 1, b->first, b->n_global,
+                          b->seed, &ls, &hits);
+        if (st != HSI_OK)
+            return hsi_fail_context(st, "epoch %lld batch %lld", (long long)b->epoch + 1,
+                                    (long long)b->index);
+        hsi_ddp_get_stats(t->ddp, &ds1);
+        t->pa.forward += ds1.forward - ds0.forward;
+        t->pa.backward += ds1.backward - ds0.backward;
+        t->pa.optimizer += ds1.optimizer - ds0.optimizer;
+        t->ep_loss_sum += ls;
+        t->ep_correct += hits;
+        t->ep_seen += b->n;
+        return HSI_OK;
+    }
     hsi_graph_reset(t->g);
     hsi_tensor *x = NULL, *y = NULL, *logits = NULL;
     int64_t yshape[1] = {b->n};
@@ -273,14 +300,19 @@ cleanup:
     return st;
 }
 
-static hsi_status eval_role(hsi_trainer *t, hsi_metrics *m, int role)
+/* mean_loss (may be NULL): the pixels' mean cross-entropy, same pass. */
+static hsi_status eval_role(hsi_trainer *t, hsi_metrics *m, int role, double *mean_loss)
 {
     hsi_status st = HSI_OK;
     const hsi_split *sp = &t->sp;
     int64_t n = sp->n[role];
     int32_t *pred = malloc((size_t)(n ? n : 1) * sizeof *pred);
     if (!pred) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
-    HSI_TRY(hsi_run_classify(&t->run, pred, &t->pt, sp->idx[role], n, t->c.batch * 2, t->g));
+    if (mean_loss)
+        HSI_TRY(hsi_run_classify_loss(&t->run, pred, &t->pt, sp->idx[role], n, t->c.batch * 2, t->g,
+                                      sp->cls[role], mean_loss));
+    else
+        HSI_TRY(hsi_run_classify(&t->run, pred, &t->pt, sp->idx[role], n, t->c.batch * 2, t->g));
     HSI_TRY(hsi_metrics_compute(m, sp->cls[role], pred, n, sp->n_classes));
 cleanup:
     free(pred);
@@ -307,6 +339,18 @@ static hsi_status check_config(hsi_train_config *c)
     if (strcasecmp(c->device, "cpu") && strcasecmp(c->device, "auto") &&
         strcasecmp(c->device, "cuda"))
         return HSI_FAIL(HSI_ERR_ARG, "--device expects cpu, cuda or auto (got '%s')", c->device);
+    int ranks = hsi_dist_size();
+    if (c->ddp || c->deterministic || c->bn_sync || ranks > 1) { /* the data-parallel path */
+        if (!strcasecmp(c->device, "cuda"))
+            return HSI_FAIL(HSI_ERR_UNSUPPORTED,
+                            "data-parallel training on the GPU (NCCL gradients into the device "
+                            "trainer) is not wired yet; use --device cpu with several ranks");
+        if (c->batch % ranks != 0)
+            return HSI_FAIL(HSI_ERR_ARG, "--batch %d is the global batch: it must split into %d "
+                                         "equal slices, one per rank (give a multiple of %d)",
+                            c->batch, ranks, ranks);
+        if (c->tile < 0) return HSI_FAIL(HSI_ERR_ARG, "--tile must be >= 0 (got %d)", c->tile);
+    }
     if (!strcasecmp(c->device, "cuda")) {
         if (c->resume)
             return HSI_FAIL(HSI_ERR_UNSUPPORTED,
@@ -393,9 +437,9 @@ static hsi_status open_and_split(hsi_trainer *t)
         if (emit(t, &ev, table, NULL)) t->stop = 1;
         free(table);
     }
-    char *path = hsi_run_path(c->out_dir, "split.json");
-    if (!path) return HSI_ERR_NOMEM;
-    st = hsi_split_save_json(sp, path, (const char *const *)r->names, 0);
+    char *path = t->writer ? hsi_run_path(c->out_dir, "split.json") : NULL;
+    if (t->writer && !path) return HSI_ERR_NOMEM;
+    if (path) st = hsi_split_save_json(sp, path, (const char *const *)r->names, 0);
     free(path);
     prof->split = hsi_now() - tm;
 cleanup:
@@ -424,11 +468,18 @@ static hsi_status fit_preprocessing(hsi_trainer *t)
     ps.pca_variance = c->pca > 0 ? 0 : c->pca_variance;
     ps.whiten = c->whiten;
     ps.progress = c->progress_bars;
+    /* --deterministic: the statistics, covariance and fused passes give the
+     * same bits on any number of our threads (fixed chunks); OpenBLAS runs
+     * the eigen solve on one thread, whose reductions could split */
+    int blas_before = openblas_get_num_threads();
+    if (c->deterministic) openblas_set_num_threads(1);
     st = hsi_prep_fit(&t->run.prep, &t->cube, &mask, &ps);
     hsi_view_release(&mask);
-    if (st != HSI_OK) goto cleanup;
     const hsi_prep *p = &t->run.prep;
-    HSI_TRY(hsi_prep_transform(&t->fc, p, &t->cube.view, c->progress_bars ? "preprocess" : NULL, 0, 0));
+    if (st == HSI_OK)
+        st = hsi_prep_transform(&t->fc, p, &t->cube.view, c->progress_bars ? "preprocess" : NULL, 0, 0);
+    if (c->deterministic) openblas_set_num_threads(blas_before);
+    if (st != HSI_OK) goto cleanup;
     t->run.n_features = (int)t->fc.shape[0];
     t->run.patch = c->patch;
     t->run.pad = c->pad;
@@ -528,6 +579,28 @@ static hsi_status build_model(hsi_trainer *t)
         hsi_sched_begin(sc, t->opt);
     }
     t->epoch = t->first_epoch;
+    if (c->ddp || c->deterministic || c->bn_sync || t->ranks > 1) {
+        hsi_ddp_config dc;
+        hsi_ddp_config_init(&dc);
+        dc.bn_sync = c->bn_sync;
+        dc.deterministic = c->deterministic;
+        dc.tile = c->tile;
+        if (c->bucket_mb > 0) dc.bucket_mb = c->bucket_mb;
+        if (c->hash_every) dc.hash_every = c->hash_every < 0 ? 0 : c->hash_every;
+        dc.overlap = !c->no_overlap;
+        HSI_TRY(hsi_ddp_create(&t->ddp, r->net, t->opt, &dc)); /* rank 0's state to all */
+        hsi_ddp_stats ds;
+        hsi_ddp_get_stats(t->ddp, &ds);
+        info(t, "data-parallel: %d rank%s, global batch %d (%d per rank), batch norm %s, %s, %d "
+                "gradient bucket%s (%.2f MB)%s\n",
+             t->ranks, t->ranks == 1 ? "" : "s", c->batch, c->batch / t->ranks,
+             c->bn_sync ? "synchronised" : "per rank",
+             c->deterministic ? "deterministic (fixed tiles, tree sum)"
+                              : c->no_overlap ? "allreduce after backward"
+                                              : "allreduce overlapped with backward",
+             ds.n_buckets, ds.n_buckets == 1 ? "" : "s", ds.grad_bytes / 1e6,
+             t->ranks > 1 ? "; rank 0 writes the files" : "");
+    }
     info(t, "model %s: %lld parameters, input %d x %d x %d, %d classes; AdamW lr %g, batch %d\n",
          c->model, (long long)hsi_module_param_count(r->net), r->n_features, c->patch, c->patch,
          r->n_classes, c->lr, c->batch);
@@ -551,6 +624,11 @@ static hsi_status build_model(hsi_trainer *t)
     lp.fill = hsi_patch_fill;
     lp.ctx = &t->ds;
     lp.device_copy = t->on_gpu;
+    if (t->ddp) {
+        lp.dist_rank = hsi_dist_rank();
+        lp.dist_size = t->ranks;
+        lp.drop_last = sp->n[HSI_ROLE_TRAIN] > c->batch;
+    }
     HSI_TRY(hsi_loader_create(&t->ld, &lp));
     if (t->on_gpu) {
         int64_t ishape[5];
@@ -579,11 +657,29 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
     hsi_labels_init(&t->lab);
     hsi_labels_init(&t->ltr);
     hsi_labels_init(&t->lte);
+    t->ranks = hsi_dist_size();
+    t->writer = hsi_dist_rank() == 0;
     HSI_TRY(check_config(&t->c));
     t->on_gpu = !strcasecmp(t->c.device, "cuda");
     if (t->c.threads > 0) hsi_threads_set(t->c.threads);
-    /* new runs are written beside the directory and moved in at the end */
-    HSI_TRY(hsi_workdir_begin(&t->wd, cfg->out_dir, t->c.resume, t->c.overwrite));
+    /* new runs are written beside the directory and moved in at the end;
+     * with several ranks rank 0 decides where and tells the others (they
+     * read a checkpoint from there on --resume and write nothing) */
+    if (t->writer) st = hsi_workdir_begin(&t->wd, cfg->out_dir, t->c.resume, t->c.overwrite);
+    if (t->ranks > 1) {
+        char where[4096] = "";
+        if (t->writer && st == HSI_OK) snprintf(where, sizeof where, "%s", t->wd.work);
+        hsi_status bst = hsi_dist_bcast(where, sizeof where, 0);
+        if (st == HSI_OK) st = bst;
+        if (st == HSI_OK && !where[0])
+            st = HSI_FAIL(HSI_ERR_STATE, "rank 0 could not prepare %s (its message is above)",
+                          cfg->out_dir);
+        if (st == HSI_OK && !t->writer) {
+            t->wd.kind = HSI_WD_IN_PLACE; /* rank 0's folder: never removed from here */
+            if (!(t->wd.work = strdup(where))) st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        }
+    }
+    if (st != HSI_OK) goto cleanup;
     t->c.out_dir = t->wd.work;
     if (!(t->p_state = hsi_run_path(t->c.out_dir, "train_state.safetensors")) ||
         !(t->p_best = hsi_run_path(t->c.out_dir, "best.safetensors"))) {
@@ -596,8 +692,8 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
             st = HSI_ERR_NOMEM;
             goto cleanup;
         }
-        t->log = fopen(lp, t->c.resume ? "a" : "w");
-        if (!t->log) st = HSI_FAIL(HSI_ERR_IO, "%s: cannot write: %s", lp, strerror(errno));
+        t->log = t->writer ? fopen(lp, t->c.resume ? "a" : "w") : NULL;
+        if (t->writer && !t->log) st = HSI_FAIL(HSI_ERR_IO, "%s: cannot write: %s", lp, strerror(errno));
         free(lp);
         if (st != HSI_OK) goto cleanup;
     }
@@ -618,7 +714,8 @@ cleanup:
 
 /* After the loader's last batch of an epoch: validation, schedule, best
  * weights, the event, the checkpoint, early stopping. */
-static const char history_head[] = "epoch,train_loss,train_acc,val_oa,lr,samples_per_s,seconds\n";
+static const char history_head[] =
+    "epoch,train_loss,train_acc,val_oa,val_loss,lr,samples_per_s,seconds\n";
 
 static int history_add(hsi_trainer *t, const char *row)
 {
@@ -639,16 +736,24 @@ static hsi_status history_begin(hsi_trainer *t)
     if (!t->c.resume || t->first_epoch == 0) return HSI_OK;
     char *p = hsi_run_path(t->c.out_dir, "history.csv"), *text = NULL;
     size_t n = 0;
+    /* a run of an hsi before val_loss: its rows get an empty val_loss */
+    static const char head_v1[] = "epoch,train_loss,train_acc,val_oa,lr,samples_per_s,seconds\n";
+    int v1 = 0;
     if (p && access(p, F_OK) == 0 && hsi_read_file(p, &text, &n) == HSI_OK &&
-        !strncmp(text, history_head, strlen(history_head))) {
-        char *line = text + strlen(history_head);
+        (!strncmp(text, history_head, strlen(history_head)) ||
+         (v1 = !strncmp(text, head_v1, strlen(head_v1))))) {
+        char *line = text + (v1 ? strlen(head_v1) : strlen(history_head));
         for (int e = 0; e < t->first_epoch && *line; e++) {
-            char *end = strchr(line, '\n');
-            if (!end) break;
-            char save = end[1];
-            end[1] = 0;
-            if (atoi(line) != e + 1 || !history_add(t, line)) break;
-            end[1] = save;
+            char *end = strchr(line, '\n'), row[512];
+            if (!end || end - line > 400) break;
+            snprintf(row, sizeof row, "%.*s", (int)(end - line + 1), line);
+            char *q = row;
+            for (int f = 0; v1 && q && f < 4; f++) q = strchr(q, ',') ? strchr(q, ',') + 1 : NULL;
+            if (v1 && q) { /* "e,l,a,v,lr..." -> "e,l,a,v,,lr..." */
+                memmove(q + 1, q, strlen(q) + 1);
+                *q = ',';
+            }
+            if (atoi(row) != e + 1 || !history_add(t, row)) break;
             line = end + 1;
         }
     }
@@ -659,12 +764,13 @@ static hsi_status history_begin(hsi_trainer *t)
 
 /* One row per epoch (NaN: not measured, an empty field). */
 static hsi_status history_write(hsi_trainer *t, int epoch, double loss, double acc, double val_oa,
-                                double lr, double sps, double secs)
+                                double val_loss, double lr, double sps, double secs)
 {
-    char row[256], a[32] = "", v[32] = "";
+    char row[256], a[32] = "", v[32] = "", vl[32] = "";
     if (isfinite(acc)) snprintf(a, sizeof a, "%.6f", acc);
     if (isfinite(val_oa)) snprintf(v, sizeof v, "%.6f", val_oa);
-    snprintf(row, sizeof row, "%d,%.6g,%s,%s,%.6g,%.1f,%.3f\n", epoch, loss, a, v, lr, sps, secs);
+    if (isfinite(val_loss)) snprintf(vl, sizeof vl, "%.6g", val_loss);
+    snprintf(row, sizeof row, "%d,%.6g,%s,%s,%s,%.6g,%.1f,%.3f\n", epoch, loss, a, v, vl, lr, sps, secs);
     if (!history_add(t, row)) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
     char *p = hsi_run_path(t->c.out_dir, "history.csv");
     if (!p) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
@@ -679,6 +785,16 @@ static hsi_status end_epoch(hsi_trainer *t)
     const hsi_train_config *c = &t->c;
     hsi_train_profile *prof = &t->res.prof;
     const int epoch = t->epoch;
+    if (t->ddp && t->ranks > 1) {
+        /* the epoch's numbers over all ranks; rank 0's batch-norm buffers
+         * to all (what it validates and saves; DDP's broadcast_buffers) */
+        double v[3] = {t->ep_loss_sum, (double)t->ep_correct, (double)t->ep_seen};
+        HSI_TRY(hsi_dist_allreduce(v, 3, HSI_F64, HSI_DIST_SUM));
+        t->ep_loss_sum = v[0];
+        t->ep_correct = (int64_t)v[1];
+        t->ep_seen = (int64_t)v[2];
+        HSI_TRY(hsi_ddp_sync_buffers(t->ddp));
+    }
     const int64_t n_seen = t->ep_seen;
     double loss = 0, acc = 0;
     if (t->on_gpu) {
@@ -692,13 +808,20 @@ static hsi_status end_epoch(hsi_trainer *t)
     }
     t->samples_total += n_seen;
     double dt = hsi_now() - t->ep_t0;
-    double val_oa = acc;
+    double val_oa = acc, val_loss = NAN;
     if (t->have_val) {
         double tv = hsi_now();
-        hsi_metrics vm;
-        HSI_TRY(eval_role(t, &vm, HSI_ROLE_VAL));
-        val_oa = vm.oa;
-        hsi_metrics_free(&vm);
+        if (t->writer) { /* the same model on every rank: rank 0 validates, tells the others */
+            hsi_metrics vm;
+            HSI_TRY(eval_role(t, &vm, HSI_ROLE_VAL, &val_loss));
+            val_oa = vm.oa;
+            hsi_metrics_free(&vm);
+        }
+        if (t->ranks > 1) {
+            double vv[2] = {val_oa, val_loss};
+            HSI_TRY(hsi_dist_bcast(vv, sizeof vv, 0));
+            val_oa = vv[0], val_loss = vv[1];
+        }
         prof->validate += hsi_now() - tv;
     }
     double lr_now = t->opt->cfg.lr;
@@ -710,15 +833,16 @@ static hsi_status end_epoch(hsi_trainer *t)
         t->best_val = val_oa;
         t->best_epoch = epoch;
         t->since_best = 0;
-        HSI_TRY(hsi_module_save(t->run.net, t->p_best, NULL, 0));
+        if (t->writer) HSI_TRY(hsi_module_save(t->run.net, t->p_best, NULL, 0));
     } else {
         t->since_best++;
     }
     double el = hsi_now() - t->t_train;
     double eta = el / (epoch - t->first_epoch + 1) * (c->epochs - epoch - 1);
-    char vbuf[32] = "", line[256];
+    char vbuf[64] = "", line[288];
     if (t->have_val)
-        snprintf(vbuf, sizeof vbuf, "  val OA %5.1f%%%s", 100 * val_oa, improved ? "*" : " ");
+        snprintf(vbuf, sizeof vbuf, "  val OA %5.1f%%%s loss %.4f", 100 * val_oa, improved ? "*" : " ",
+                 val_loss);
     double sps = dt > 0 ? (double)n_seen / dt : 0;
     snprintf(line, sizeof line,
              "epoch %3d/%d  loss %.4f  train acc %5.1f%%%s  lr %.2e  %6.0f samples/s  ETA %.0fs\n",
@@ -732,10 +856,17 @@ static hsi_status end_epoch(hsi_trainer *t)
                           .improved = improved,
                           .lr = lr_now,
                           .samples_per_s = sps,
-                          .eta_s = eta};
+                          .eta_s = eta,
+                          .val_loss = val_loss};
     if (emit(t, &ev, line, NULL)) t->stop = 1;
-    HSI_TRY(history_write(t, epoch + 1, loss, acc, t->have_val ? val_oa : NAN, lr_now, sps, dt));
-    if (!t->on_gpu) {
+    if (t->ranks > 1) { /* rank 0's callback may ask to stop: every rank stops */
+        int stop = t->stop;
+        HSI_TRY(hsi_dist_bcast(&stop, sizeof stop, 0));
+        t->stop = stop;
+    }
+    if (t->writer)
+        HSI_TRY(history_write(t, epoch + 1, loss, acc, t->have_val ? val_oa : NAN, val_loss, lr_now, sps, dt));
+    if (!t->on_gpu && t->writer) {
         cJSON *rj = cJSON_CreateObject();
         cJSON_AddNumberToObject(rj, "best_val", t->best_val);
         cJSON_AddNumberToObject(rj, "best_epoch", t->best_epoch);
@@ -748,6 +879,7 @@ static hsi_status end_epoch(hsi_trainer *t)
         free(rs);
         if (st != HSI_OK) goto cleanup;
     }
+    if (t->ranks > 1) HSI_TRY(hsi_dist_barrier()); /* the checkpoint is on disk for every rank */
     t->epoch = epoch + 1;
     if (c->patience > 0 && t->have_val && t->since_best >= c->patience) {
         info(t, "early stop: no validation improvement for %d epochs\n", c->patience);
@@ -865,6 +997,11 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
     cJSON *training = NULL;
     if (t->finished) return HSI_FAIL(HSI_ERR_STATE, "hsi_trainer_finish: already finished");
     t->finished = 1;
+    if (!t->writer) { /* rank 0 predicts the map and writes the run */
+        t->res.epochs_run = t->epoch - t->first_epoch;
+        if (res) *res = t->res;
+        return HSI_OK;
+    }
     const int64_t L = t->cube.view.shape[1], S = t->cube.view.shape[2];
     const int K = r->n_classes;
     t->res.epochs_run = t->epoch - t->first_epoch;
@@ -875,6 +1012,15 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
     prof->forward = t->pa.forward;
     prof->backward = t->pa.backward;
     prof->optimizer = t->pa.optimizer;
+    prof->ranks = t->ranks;
+    if (t->ddp) {
+        hsi_ddp_stats ds;
+        hsi_ddp_get_stats(t->ddp, &ds);
+        prof->comm_wait = ds.comm_wait;
+        prof->tree = ds.tree;
+        prof->n_buckets = ds.n_buckets;
+        prof->grad_bytes = ds.grad_bytes;
+    }
     prof->train_samples = t->samples_total;
     prof->steps = ls.batches;
     t->res.train_samples_per_s = train_time > 0 ? (double)t->samples_total / train_time : 0;
@@ -943,6 +1089,16 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
     HSI_TRY(hsi_run_save(r, c->out_dir, &t->sp, &t->cube.meta, training));
     prof->write = hsi_now() - tm;
     HSI_TRY(write_metrics(t, &mt, train_time));
+    {
+        /* the pictures and report.html, from the files just written; one
+         * that cannot be drawn is a warning, the run is complete without it */
+        hsi_report_pixels rp = {&t->cube.view, &t->cube.meta, t->sp.idx[HSI_ROLE_TRAIN],
+                                t->sp.cls[HSI_ROLE_TRAIN], t->sp.n[HSI_ROLE_TRAIN]};
+        if (hsi_report_write(c->out_dir, t->wd.final, &rp) != HSI_OK) {
+            hsi_warn("report: %s (the run is complete without it)", hsi_last_error());
+            if (t->log) fprintf(t->log, "warning: report: %s\n", hsi_last_error());
+        }
+    }
     remove(t->p_best);
     if (t->log) fflush(t->log);
     HSI_TRY(hsi_workdir_commit(&t->wd)); /* the run complete: into place */
@@ -962,6 +1118,7 @@ const hsi_run *hsi_trainer_run(const hsi_trainer *t) { return &t->run; }
 void hsi_trainer_free(hsi_trainer *t)
 {
     if (!t) return;
+    hsi_ddp_free(t->ddp);
     hsi_graph_free(t->g);
     hsi_loader_destroy(t->ld);
     hsi_dmodel_free(t->dm);
@@ -990,6 +1147,8 @@ hsi_status hsi_train_run(const hsi_train_config *cfg, hsi_train_result *res)
     HSI_TRY(hsi_trainer_create(&t, cfg));
     for (int done = 0; !done;) HSI_TRY(hsi_trainer_epoch(t, &done));
     HSI_TRY(hsi_trainer_finish(t, res));
+    /* the other ranks wait (sleeping) until rank 0's run is in place */
+    if (t->ranks > 1) HSI_TRY(hsi_dist_barrier());
 cleanup:
     hsi_trainer_free(t);
     return st;

@@ -38,6 +38,7 @@ typedef struct hsi_train_event {
     int improved;          /* this epoch is the best so far (its weights are kept) */
     double lr;             /* learning rate used in the epoch */
     double samples_per_s, eta_s;
+    double val_loss;       /* validation loss, same pass as val_oa (NaN without validation pixels) */
 } hsi_train_event;
 
 /* Returns 0 to go on, nonzero to stop after this epoch: the trainer then
@@ -83,6 +84,17 @@ typedef struct hsi_train_config {
     int resume;                   /* continue from out_dir/train_state.safetensors */
     int overwrite;                /* replace a run already in out_dir (else it is refused) */
     int threads;                  /* > 0: threads of the engine and kernels (hsi_threads_set) */
+    /* data-parallel training (pipeline/ddp.h): under mpirun with several
+     * ranks, or on one with ddp, deterministic or bn_sync set. batch is
+     * then the global batch, split in equal slices across the ranks; rank
+     * 0 writes every file. */
+    int ddp;                      /* 1: the data-parallel path on one rank too (N ranks' reference) */
+    int bn_sync;                  /* batch norm over the global batch (SyncBatchNorm) */
+    int deterministic;            /* the same bits for any number of ranks */
+    int tile;                     /* samples per forward/backward pass (0: a rank's whole slice) */
+    double bucket_mb;             /* gradient bucket cap in MiB (0: 25) */
+    int hash_every;               /* steps between parameter checks across ranks (0: 50, < 0: off) */
+    int no_overlap;               /* 1: allreduce after backward instead of during it */
     /* reporting */
     hsi_train_progress_fn progress; /* NULL: silent (train.log is written all the same) */
     void *progress_ctx;
@@ -95,8 +107,14 @@ void hsi_train_config_init(hsi_train_config *c);
 typedef struct hsi_train_profile {
     double read, split, preprocess, loader_wait, forward, backward, optimizer, validate,
         predict, write, total;
-    int64_t train_samples; /* samples seen in training steps */
+    int64_t train_samples; /* samples seen in training steps (of all ranks) */
     int64_t steps;
+    /* data-parallel: ranks, allreduce time not hidden by backward, the
+     * deterministic tree, buckets */
+    int ranks;
+    double comm_wait, tree;
+    int n_buckets;
+    int64_t grad_bytes;
 } hsi_train_profile;
 
 typedef struct hsi_train_result {

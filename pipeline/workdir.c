@@ -22,7 +22,8 @@ static const char *const run_files[] = {
     "pipeline.json", "model.safetensors", "preprocessing.safetensors", "train_state.safetensors",
     "best.safetensors", "split.json", "split.hdr", "split", "metrics.json", "map.hdr", "map",
     "map.png", "map.tif", "map.tif.aux.xml", "map.png.aux.xml", "train.log", "profile.json",
-    "pca.bin", "history.csv", ".hsi-lock", NULL};
+    "pca.bin", "history.csv", "curves.png", "confusion.png", "spectra.png", "report.html",
+    ".hsi-lock", NULL};
 /* any one of these: the folder holds a run */
 static const char *const run_marks[] = {"pipeline.json", "train_state.safetensors",
                                         "model.safetensors", NULL};

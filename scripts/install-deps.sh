@@ -3,7 +3,9 @@
 # Idempotent: does nothing (and needs no network) when all are present.
 set -euo pipefail
 PKGS=(build-essential pkg-config libopenblas-dev liblapacke-dev libcunit1-dev libgdal-dev
-      libmatio-dev libxml2-dev zlib1g-dev libcjson-dev)
+      libmatio-dev libxml2-dev zlib1g-dev libcjson-dev libcairo2-dev fonts-dejavu-core)
+# the MPI build (make MPI=1, make test-mpi): Open MPI; the default build needs none
+[ "${HSI_MPI:-0}" = 1 ] && PKGS+=(openmpi-bin libopenmpi-dev)
 [ "${HSI_DEPS_EXTRA:-}" ] && PKGS+=(${HSI_DEPS_EXTRA})
 missing=()
 for p in "${PKGS[@]}"; do

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <cJSON.h>
 #include "test.h"
+#include "core/dist.h"
 
 #include <CUnit/Basic.h>
 #include <dirent.h>
@@ -152,6 +153,7 @@ int main(int argc, char **argv)
     for (int s = 0; s < n_suites; s++) order[s] = suites[s].name;
     qsort(order, (size_t)n_suites, sizeof *order, cmp_suite);
     int inactive_shared = 0, inactive_cuda = 0, inactive_numpy = 0, have_numpy = -1;
+    int inactive_mpi = 0, have_mpi = -1;
     for (int o = 0; o < n_suites; o++) {
         int s = 0;
         while (strcmp(suites[s].name, order[o]) != 0) s++;
@@ -170,6 +172,14 @@ int main(int argc, char **argv)
             CU_set_suite_active(cs, CU_FALSE);
             inactive_cuda++;
         }
+        if (suites[s].flags & HSI_SUITE_NEEDS_MPI) {
+            if (have_mpi < 0)
+                have_mpi = hsi_dist_built() && system("command -v mpirun >/dev/null 2>&1") == 0;
+            if (!have_mpi) {
+                CU_set_suite_active(cs, CU_FALSE);
+                inactive_mpi++;
+            }
+        }
         if (suites[s].flags & HSI_SUITE_NEEDS_NUMPY) {
             if (have_numpy < 0)
                 have_numpy = system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
@@ -182,6 +192,10 @@ int main(int argc, char **argv)
     if (inactive_numpy)
         printf("skipped: %d suite(s) need numpy under /usr/bin/python3 (python3-numpy)\n",
                inactive_numpy);
+    if (inactive_mpi)
+        printf("skipped: %d MPI suite(s): %s\n", inactive_mpi,
+               hsi_dist_built() ? "no mpirun on PATH (openmpi-bin)"
+                                : "not an MPI build (make test-mpi builds one and runs them)");
     if (inactive_shared)
         printf("skipped: %d suite(s) need ../shared/data, which is absent\n", inactive_shared);
     if (inactive_cuda)

@@ -19,7 +19,8 @@ typedef struct hsi_test_case {
 enum {
     HSI_SUITE_NEEDS_SHARED = 1, /* inactive when ../shared/data is absent */
     HSI_SUITE_NEEDS_CUDA = 2,   /* inactive when no CUDA device is present */
-    HSI_SUITE_NEEDS_NUMPY = 4   /* inactive when /usr/bin/python3 cannot import numpy */
+    HSI_SUITE_NEEDS_NUMPY = 4,  /* inactive when /usr/bin/python3 cannot import numpy */
+    HSI_SUITE_NEEDS_MPI = 8     /* inactive unless built with MPI=1 and mpirun is on PATH */
 };
 
 void hsi_test_register(const char *name, const hsi_test_case *cases, int flags);

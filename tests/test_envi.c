@@ -797,6 +797,67 @@ static void test_writer_bounded_memory(void)
     unlink(p);
 }
 
+/* Occurrences of needle in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* `hsi info` shows each warning once: the "several data files" warning is
+ * one of the header's warnings (the report lists them), and none of them
+ * is printed on stderr as well (issue 15: one warning printed twice). */
+static void test_info_warning_once(void)
+{
+    const char *dir = fresh_dir("warn_once");
+    char hdr[4096], a[4096], b[4096];
+    const uint8_t px[4] = {1, 2, 3, 4};
+    snprintf(hdr, sizeof hdr, "%s/x.hdr", dir);
+    write_text(hdr, "ENVI\nsamples = 2\nlines = 2\nbands = 1\nheader offset = 0\n"
+                    "file type = ENVI Standard\ndata type = 1\ninterleave = bsq\nbyte order = 0\n"
+                    "wavelength = {nan}\n");
+    snprintf(a, sizeof a, "%s/x", dir);
+    write_bytes(a, px, 4);
+    snprintf(b, sizeof b, "%s/x.img", dir);
+    write_bytes(b, px, 4);
+    /* the library: recorded with the header's warnings */
+    hsi_cube c;
+    hsi_set_quiet(1);
+    hsi_status st = hsi_envi_open(&c, hdr);
+    hsi_set_quiet(0);
+    HSI_CHECK_OK(st);
+    int several = 0, nan_w = 0;
+    for (int i = 0; i < c.meta.n_warnings; i++) {
+        several += strstr(c.meta.warnings[i], "several data files match") != NULL;
+        nan_w += strstr(c.meta.warnings[i], "'wavelength'") != NULL;
+    }
+    CU_ASSERT_EQUAL(several, 1);
+    CU_ASSERT_EQUAL(nan_w, 1);
+    hsi_cube_free(&c);
+    /* the command: stdout and stderr together hold each warning once */
+    static char out[1 << 16];
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, "%s info '%s'", HSI_BIN, hdr), 0);
+    CU_ASSERT_EQUAL(count_of(out, "several data files match"), 1);
+    CU_ASSERT_EQUAL(count_of(out, "'wavelength' item 1 is 'nan'"), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "warning:       ")); /* in the report */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "( %s info '%s' 2>&1 >/dev/null )", HSI_BIN, hdr), 0);
+    CU_ASSERT_EQUAL(count_of(out, "warning"), 0);
+    /* with the header's data missing, the header is shown (read twice): still once */
+    CU_ASSERT_EQUAL(unlink(a), 0);
+    CU_ASSERT_EQUAL(unlink(b), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "%s info '%s'", HSI_BIN, hdr), 1);
+    CU_ASSERT_EQUAL(count_of(out, "'wavelength' item 1 is 'nan'"), 1);
+    /* --json: in "warnings", and once on stderr (stdout is JSON) */
+    write_bytes(a, px, 4);
+    write_bytes(b, px, 4);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "( %s info --json '%s' 2>/dev/null )", HSI_BIN, hdr), 0);
+    CU_ASSERT_EQUAL(count_of(out, "several data files match"), 1);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "( %s info --json '%s' 2>&1 >/dev/null )", HSI_BIN, hdr), 0);
+    CU_ASSERT_EQUAL(count_of(out, "several data files match"), 1);
+    CU_ASSERT_EQUAL(count_of(out, "'wavelength' item 1 is 'nan'"), 1);
+}
+
 HSI_SUITE(envi, 0, {"parse syntax (case, comments, braces, CRLF)", test_parse_syntax},
           {"parse vendor first line, defaults, duplicates", test_parse_vendor_and_defaults},
           {"parse typed metadata", test_parse_typed},
@@ -805,7 +866,8 @@ HSI_SUITE(envi, 0, {"parse syntax (case, comments, braces, CRLF)", test_parse_sy
           {"metadata round trip", test_meta_roundtrip},
           {"';' at the start of list items and text lines", test_format_semicolon_items},
           {"streaming writer, abort", test_writer_streaming_abort},
-          {"finding data and header files", test_find_files}, {"gzip data", test_gzip},
+          {"finding data and header files", test_find_files},
+          {"info shows each warning once", test_info_warning_once}, {"gzip data", test_gzip},
           {"major frame offsets", test_major_frames}, {"size checks", test_size_checks},
           {"open a sparse 8 GiB cube", test_open_sparse_large},
           {"writer memory stays at one tile", test_writer_bounded_memory})

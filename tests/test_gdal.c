@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include <cJSON.h>
+#include <unistd.h>
 
 #include <cpl_error.h>
 #include <gdal.h>
@@ -211,6 +212,55 @@ static void test_write_classes(void)
     HSI_CHECK_FAILS(hsi_gdal_write_classes(out, &m, 3, names, rgb, NULL), HSI_ERR_ARG,
                     "line 1 sample 1");
     hsi_view_release(&m);
+}
+
+/* The class names and colours travel in the .tif itself: with the
+ * .aux.xml side-car deleted, GDAL still reads the colour table (the TIFF
+ * colour map) and the names (band metadata CATEGORY_<value>, the TIFF's
+ * GDAL_METADATA tag), and so does hsi's reader. */
+static void test_classes_in_tiff(void)
+{
+    hsi_view m;
+    int64_t shape[2] = {4, 5};
+    HSI_CHECK_OK(hsi_view_alloc(&m, HSI_U8, 2, shape, HSI_BUF_HOST));
+    uint8_t *d = m.buf->data;
+    for (int k = 0; k < 20; k++) d[k] = (uint8_t)(k % 4);
+    char *names[4] = {"Unlabelled", "Ma\xc3\xafs jeune", "Bl\xc3\xa9 = wheat, 1", "Asphalt"};
+    uint8_t rgb[12] = {0, 0, 0, 120, 200, 80, 230, 210, 40, 90, 90, 100};
+    const char *out = hsi_test_tmp("cls_alone.tif");
+    char aux[4200];
+    snprintf(aux, sizeof aux, "%s.aux.xml", out);
+    HSI_CHECK_OK(hsi_gdal_write_classes(out, &m, 4, names, rgb, NULL));
+    hsi_view_release(&m);
+    CU_ASSERT_EQUAL(access(aux, F_OK), 0); /* GDAL's category names, as before */
+    CU_ASSERT_EQUAL_FATAL(unlink(aux), 0);
+    GDALDatasetH ds = GDALOpen(out, GA_ReadOnly);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ds);
+    GDALRasterBandH b = GDALGetRasterBand(ds, 1);
+    GDALColorTableH ct = GDALGetRasterColorTable(b);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ct);
+    for (int k = 0; k < 4; k++) {
+        const GDALColorEntry *ce = GDALGetColorEntry(ct, k);
+        CU_ASSERT(ce->c1 == rgb[3 * k] && ce->c2 == rgb[3 * k + 1] && ce->c3 == rgb[3 * k + 2]);
+    }
+    for (int k = 0; k < 4; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "CATEGORY_%d", k);
+        const char *v = GDALGetMetadataItem(b, key, NULL);
+        CU_ASSERT_PTR_NOT_NULL(v);
+        if (v) CU_ASSERT_STRING_EQUAL(v, names[k]);
+    }
+    GDALClose(ds);
+    CU_ASSERT_NOT_EQUAL(access(aux, F_OK), 0); /* reading made no side-car */
+    hsi_cube c;
+    HSI_CHECK_OK(hsi_cube_open(&c, out, NULL));
+    CU_ASSERT_EQUAL_FATAL(c.meta.n_classes, 4);
+    for (int k = 0; k < 4; k++) {
+        CU_ASSERT_STRING_EQUAL(c.meta.class_names[k], names[k]);
+        CU_ASSERT_EQUAL(memcmp(c.meta.class_lookup + 3 * k, rgb + 3 * k, 3), 0);
+    }
+    CU_ASSERT_EQUAL(c.meta.file_kind, HSI_FILE_CLASSIFICATION);
+    hsi_cube_free(&c);
 }
 
 static void test_png(void)
@@ -425,7 +475,9 @@ static void test_creation_options(void)
 HSI_SUITE(gdal, 0, {"read GeoTIFF (GDAL-written)", test_read_geotiff},
           {"ENVI map info -> GeoTIFF geotransform/CRS", test_envi_to_geotiff},
           {"map info rotation -> geotransform (GDAL)", test_rotation},
-          {"classification GeoTIFF", test_write_classes}, {"PNG", test_png},
+          {"classification GeoTIFF", test_write_classes},
+          {"class names and colours in the .tif alone (no .aux.xml)", test_classes_in_tiff},
+          {"PNG", test_png},
           {"quicklook PNGs (cube, label map + legend)", test_quicklook},
           {"NetCDF subdatasets", test_subdatasets}, {"open by content", test_dispatch},
           {"convert --co: creation options and COG", test_creation_options},

@@ -1,6 +1,7 @@
 /* test_quicklook.c — `hsi quicklook` end to end: the command is run as a
  * user would run it and the PNG it writes is decoded by GDAL (size, bands,
- * pixels). The drawing itself is tested in test_gdal.c. */
+ * pixels). The drawing itself is tested in test_gdal.c and
+ * test_quicklook_legend.c. */
 #include <cpl_error.h>
 #include <gdal.h>
 #include <stdarg.h>
