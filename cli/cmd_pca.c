@@ -73,7 +73,7 @@ static int fit(int argc, char **argv)
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     HSI_TRY(hsi_cli_check_output(model, c.header_path, c.data_path, overwrite));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
-    HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "-k"));
+    HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "-k", NULL));
     HSI_TRY(hsi_prep_save(&p, model));
     const hsi_pca *pca = &p.pca;
     printf("# %s: PCA of %lld bands (normalize %s%s) on %lld pixels -> %s\n", in,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/dist.h"
 #include "kcli.h"
 #include "kernels/fused.h"
 
@@ -98,8 +99,9 @@ static int run_preprocess(int argc, char **argv)
     if (model_path) HSI_TRY(hsi_cli_check_output(model_path, c.header_path, c.data_path, overwrite));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
     double t_open = hsi_now();
-    HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "--pca"));
+    HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "--pca", hsi_prep_dist_split()));
     double t_fit = hsi_now();
+    if (hsi_dist_rank() != 0) goto cleanup; /* rank 0 writes */
     char what[256];
     snprintf(what, sizeof what, "hsi preprocess: %lld bands, normalize %s%s%s", (long long)p.norm.n_bands,
              hsi_norm_mode_name(mode), p.has_pca ? ", pca" : "", p.has_pca && whiten ? " (whitened)" : "");

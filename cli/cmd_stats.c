@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/dist.h"
 #include "kcli.h"
 #include "kernels/stats.h"
 
@@ -93,7 +94,9 @@ static int run_stats(int argc, char **argv)
                         .percentiles = q,
                         .tile_lines = ko.tile_lines,
                         .n_threads = (int)ko.threads,
-                        .progress_label = "stats"};
+                        .progress_label = "stats",
+                        /* under mpirun: each rank reads its share of the lines */
+                        .split = nq ? NULL : hsi_prep_dist_split()};
     int64_t lo = sel[0], hi = sel[0];
     for (int64_t i = 0; i < ns; i++) {
         lo = sel[i] < lo ? sel[i] : lo;
@@ -102,6 +105,7 @@ static int run_stats(int argc, char **argv)
     HSI_TRY(hsi_view_bands(&sub, &c.view, lo, hi - lo + 1));
     have_sub = 1;
     HSI_TRY(hsi_stats_compute(&s, &sub, &o));
+    if (hsi_dist_rank() != 0) goto cleanup; /* rank 0 prints */
     const hsi_meta *m = &c.meta;
     if (json) {
         /* through cJSON: strings escaped, NaN and inf (a band without a valid

@@ -58,7 +58,8 @@ int kcli_parse_interleave(const char *cmd, const char *s, hsi_interleave *out)
 }
 
 hsi_status kcli_fit(hsi_prep *p, const hsi_cube *c, const kcli_mask *mk, const kcli_opts *o,
-                    hsi_norm_mode mode, long long k, double frac, int whiten, const char *k_opt)
+                    hsi_norm_mode mode, long long k, double frac, int whiten, const char *k_opt,
+                    const hsi_pass_split *split)
 {
     int64_t *sel = NULL, ns = 0;
     hsi_status st = hsi_prep_select_bands(&sel, &ns, &c->meta, o->bands, o->wavelengths, o->drop_bbl);
@@ -77,6 +78,7 @@ hsi_status kcli_fit(hsi_prep *p, const hsi_cube *c, const kcli_mask *mk, const k
     s.tile_lines = o->tile_lines;
     s.n_threads = (int)o->threads;
     s.progress = 1;
+    s.split = split;
     return hsi_prep_fit(p, c, mk && mk->open ? &mk->view : NULL, &s);
 }
 

@@ -42,8 +42,10 @@ int kcli_parse_interleave(const char *cmd, const char *s, hsi_interleave *out);
 
 /* Fits the preprocessing from the shared options on the mask's pixels (mk
  * may be closed: every pixel): k components (or frac of the variance; 0 and
- * 0 = no PCA); an error naming k_opt when k exceeds the selected bands. */
+ * 0 = no PCA); an error naming k_opt when k exceeds the selected bands.
+ * split: the fit shared by every rank of the job (they all call it), or NULL. */
 hsi_status kcli_fit(hsi_prep *p, const hsi_cube *c, const kcli_mask *mk, const kcli_opts *o,
-                    hsi_norm_mode mode, long long k, double frac, int whiten, const char *k_opt);
+                    hsi_norm_mode mode, long long k, double frac, int whiten, const char *k_opt,
+                    const hsi_pass_split *split);
 
 #endif

@@ -177,10 +177,13 @@ static void close_stdout(void)
 }
 
 /* Commands that divide the work between the ranks themselves (every
- * rank runs them under mpirun): training, and `hsi bench dist`. */
+ * rank runs them under mpirun): training, `hsi bench dist`, and one cube's
+ * stats and preprocess (each rank reads its share of the lines; rank 0
+ * prints and writes). */
 static int is_dist_cmd(const hsi_cli_cmd *c, int argc, char **argv)
 {
-    return !strcmp(c->name, "train") || !strcmp(c->name, "profile") ||
+    return !strcmp(c->name, "train") || !strcmp(c->name, "profile") || !strcmp(c->name, "stats") ||
+           !strcmp(c->name, "preprocess") ||
            (!strcmp(c->name, "bench") && argc > 1 && !strcmp(argv[1], "dist"));
 }
 

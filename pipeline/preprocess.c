@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dist.h"
 #include "kernels/bands.h"
 #include "kernels/fused.h"
 #include "kernels/stats.h"
@@ -77,6 +78,20 @@ cleanup:
 }
 
 /* Calibration from a header's gain, offset and reflectance scale (borrowed). */
+static hsi_status dist_max(void *ctx, double *v, int64_t n)
+{
+    (void)ctx;
+    return hsi_dist_allreduce(v, n, HSI_F64, HSI_DIST_MAX);
+}
+
+const hsi_pass_split *hsi_prep_dist_split(void)
+{
+    static hsi_pass_split sp;
+    if (hsi_dist_size() <= 1) return NULL;
+    sp = (hsi_pass_split){hsi_dist_rank(), hsi_dist_size(), dist_max, NULL};
+    return &sp;
+}
+
 static void calib_from_meta(hsi_calib *c, const hsi_meta *m)
 {
     c->gain = m->gain;
@@ -140,14 +155,16 @@ hsi_status hsi_prep_fit(hsi_prep *out, const hsi_cube *c, const hsi_view *mask,
                          .ignore_value = m->ignore_value,
                          .tile_lines = spec->tile_lines,
                          .n_threads = spec->n_threads,
-                         .progress_label = spec->progress ? "statistics" : NULL};
+                         .progress_label = spec->progress ? "statistics" : NULL,
+                         .split = spec->split};
     hsi_pca_opts po = {.n_components = spec->pca > 0 ? (spec->pca < ns ? spec->pca : ns) : 0,
                        .variance_fraction = spec->pca > 0 ? 0 : spec->pca_variance,
                        .whiten = spec->whiten,
                        .mask = mask,
                        .tile_lines = spec->tile_lines,
                        .n_threads = spec->n_threads,
-                       .progress_label = spec->progress ? "pca fit" : NULL};
+                       .progress_label = spec->progress ? "pca fit" : NULL,
+                       .split = spec->split};
     /* An affine map (no ignore value to fill, no L2) moves the covariance
      * of the raw bands exactly: cov_f = D cov_raw D, D = diag(scale). The
      * statistics and the raw covariance then come from one read. */

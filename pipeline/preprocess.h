@@ -31,9 +31,16 @@ typedef struct hsi_prep_spec {
     int64_t tile_lines;       /* 0 = kernel default */
     int n_threads;            /* 0 = hsi_threads() */
     int progress;             /* 1: progress bars on stderr (when it is a terminal) */
+    const hsi_pass_split *split; /* the fit shared by processes (hsi_prep_dist_split); NULL = this one */
 } hsi_prep_spec;
 
 void hsi_prep_spec_init(hsi_prep_spec *s); /* every band, zscore, no PCA */
+
+/* The statistics and covariance passes shared by the ranks of this job
+ * (core/dist.h: each rank reads its chunks of lines, partials combined by
+ * MPI_Allreduce MAX, so every rank fits what one process fits, bit for
+ * bit); NULL with one rank. Every rank must then make the same calls. */
+const hsi_pass_split *hsi_prep_dist_split(void);
 
 /* A fitted pipeline. Owns its arrays. norm maps raw cube bands to
  * features; with PCA, pca.norm is the same map and pca projects it. */
