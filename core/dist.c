@@ -60,14 +60,16 @@ void hsi_dist_tree_local_f64(double *parts, int64_t n_parts, int64_t count)
     tree_rows(parts, n_parts, count);
 }
 
-/* Threads per rank: the node's cores shared by its ranks. The OpenBLAS
- * call is here because its threads must be sized before the first BLAS
- * call, and this is where the ranks on the node are known. */
+/* Threads per rank: the node's cores shared by its ranks, and no more than
+ * the rank may run on (mpirun binds ranks to cores by default). The
+ * OpenBLAS call is here because its threads must be sized before the first
+ * BLAS call, and this is where the ranks on the node are known. */
 static void size_threads(void)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1) ncpu = 1;
-    int n = (int)(ncpu / (g.local_size > 0 ? g.local_size : 1));
+    int n = (int)(ncpu / (g.local_size > 0 ? g.local_size : 1)), mine = hsi_cpus_available();
+    if (n > mine) n = mine;
     g.threads = n < 1 ? 1 : n;
     if (g.local_size <= 1) return;
     const char *e = getenv("HSI_THREADS");

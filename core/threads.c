@@ -4,6 +4,7 @@
 #include "core/threads.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +21,18 @@ int hsi_threads(void)
     const char *e = getenv("HSI_THREADS");
     long n = 0;
     if (e && *e) n = strtol(e, NULL, 10);
-    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n <= 0) n = 1;
+    if (n <= 0) n = hsi_cpus_available();
     if (n > 64) n = 64;
     return (int)n;
+}
+
+int hsi_cpus_available(void)
+{
+    cpu_set_t set;
+    long n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 int hsi_threads_for(double n_values, int64_t n_parts)

@@ -12,9 +12,14 @@
 extern "C" {
 #endif
 
-/* Threads our kernels and the model engine use (HSI_THREADS, else online
- * CPUs, capped at 64), unless hsi_threads_set chose a count. */
+/* Threads our kernels and the model engine use (HSI_THREADS, else the CPUs
+ * this process may run on, capped at 64), unless hsi_threads_set chose a
+ * count. */
 int hsi_threads(void);
+
+/* The processors this process may run on (its CPU affinity, as nproc
+ * counts them: mpirun and taskset narrow it), at least 1. */
+int hsi_cpus_available(void);
 
 /* Sets the count hsi_threads() returns from now on (n <= 0: back to
  * HSI_THREADS or the CPUs). For the whole process. */
