@@ -180,15 +180,16 @@ void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1)
 
 static int split_on(const hsi_pass_split *sp) { return sp && sp->n_parts > 1; }
 
-int64_t hsi_kern_split_count(const hsi_pass_split *sp, int64_t n_chunks)
+/* Part p reads the contiguous chunks [n*p/N, n*(p+1)/N): long runs of lines. */
+void hsi_kern_split_range(const hsi_pass_split *sp, int64_t n_chunks, int64_t *k0, int64_t *k1)
 {
-    if (!split_on(sp)) return n_chunks;
-    return sp->part < n_chunks ? (n_chunks - 1 - sp->part) / sp->n_parts + 1 : 0;
-}
-
-int64_t hsi_kern_split_chunk(const hsi_pass_split *sp, int64_t j)
-{
-    return split_on(sp) ? sp->part + j * sp->n_parts : j;
+    if (!split_on(sp)) {
+        *k0 = 0;
+        *k1 = n_chunks;
+        return;
+    }
+    *k0 = n_chunks * sp->part / sp->n_parts;
+    *k1 = n_chunks * (sp->part + 1) / sp->n_parts;
 }
 
 hsi_status hsi_kern_split_exchange(const hsi_pass_split *sp, double *rows, int64_t n_chunks, int64_t width)
@@ -196,8 +197,10 @@ hsi_status hsi_kern_split_exchange(const hsi_pass_split *sp, double *rows, int64
     if (!split_on(sp)) return HSI_OK;
     if (!sp->exchange || sp->part < 0 || sp->part >= sp->n_parts)
         return HSI_FAIL(HSI_ERR_ARG, "split pass: part %d of %d needs an exchange function", sp->part, sp->n_parts);
+    int64_t k0, k1;
+    hsi_kern_split_range(sp, n_chunks, &k0, &k1);
     for (int64_t k = 0; k < n_chunks; k++)
-        if (k % sp->n_parts != sp->part)
+        if (k < k0 || k >= k1)
             for (int64_t i = 0; i < width; i++) rows[k * width + i] = -INFINITY;
     return sp->exchange(sp->ctx, rows, n_chunks * width);
 }

@@ -69,13 +69,14 @@ hsi_status hsi_kern_mask_pack(uint8_t **out, const hsi_view *mask, int64_t n_lin
 /* The statistics pass splits the lines into n_chunks fixed chunks
  * (hsi_split_range(L, k, n_chunks)), each read by one thread in order and
  * merged in chunk order: the same bits on any number of threads. The
- * default count: min(64, lines), fewer when each chunk also carries an
- * n_features^2 covariance (64 MiB of partials at most, 4 chunks at least). */
+ * default count: about one chunk per 64 lines, at least min(16, lines)
+ * and at most 64, fewer when each chunk also carries an n_features^2
+ * covariance (64 MiB of partials at most, 4 chunks at least). */
 int64_t hsi_kern_stats_chunks(const hsi_view *cube, int64_t n_features);
-/* The chunks this process reads under a split (stats.h): how many, the
- * j-th of them; without a split, all in order. */
-int64_t hsi_kern_split_count(const hsi_pass_split *sp, int64_t n_chunks);
-int64_t hsi_kern_split_chunk(const hsi_pass_split *sp, int64_t j);
+/* The chunks this process reads under a split (stats.h): [*k0, *k1), a
+ * contiguous share; without a split, all of them. Threads then take
+ * contiguous runs of these (hsi_split_range), so each reads long streams. */
+void hsi_kern_split_range(const hsi_pass_split *sp, int64_t n_chunks, int64_t *k0, int64_t *k1);
 /* rows: (n_chunks, width) partials, filled for the chunks read here; sets
  * the others to -inf and combines them across processes (no-op without a
  * split). */

@@ -122,8 +122,11 @@ static void cov_lines(cov_ctx *c, int64_t k, int t, int64_t y0, int64_t y1)
 static hsi_status cov_worker(void *vc, int t, int nt)
 {
     cov_ctx *c = vc;
-    for (int64_t j = t; j < hsi_kern_split_count(c->split, c->n_chunks); j += nt) {
-        int64_t k = hsi_kern_split_chunk(c->split, j), l0, l1;
+    int64_t k0, k1, j0, j1;
+    hsi_kern_split_range(c->split, c->n_chunks, &k0, &k1);
+    hsi_split_range(k1 - k0, t, nt, &j0, &j1);
+    for (int64_t k = k0 + j0; k < k0 + j1; k++) {
+        int64_t l0, l1;
         hsi_split_range(c->cube->shape[1], (int)k, (int)c->n_chunks, &l0, &l1);
         for (int64_t y = l0; y < l1; y += c->tile) {
             int64_t y1 = y + c->tile < l1 ? y + c->tile : l1;

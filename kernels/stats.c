@@ -466,8 +466,11 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
 {
     stats_ctx *c = vctx;
     const hsi_pass_split *sp = c->o ? c->o->split : NULL;
-    for (int64_t j = t; j < hsi_kern_split_count(sp, c->n_chunks); j += nt) {
-        int64_t k = hsi_kern_split_chunk(sp, j), l0, l1;
+    int64_t k0, k1, j0, j1;
+    hsi_kern_split_range(sp, c->n_chunks, &k0, &k1);
+    hsi_split_range(k1 - k0, t, nt, &j0, &j1);
+    for (int64_t k = k0 + j0; k < k0 + j1; k++) {
+        int64_t l0, l1;
         hsi_split_range(c->cube->shape[1], (int)k, (int)c->n_chunks, &l0, &l1);
         hsi_status st = stats_range(c, t, k, l0, l1);
         if (st != HSI_OK) return st;
@@ -477,7 +480,9 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
 
 int64_t hsi_kern_stats_chunks(const hsi_view *cube, int64_t n_features)
 {
-    int64_t L = cube->shape[1], k = 64;
+    int64_t L = cube->shape[1], k = L / 64; /* chunks of ~64 lines: long runs per band */
+    if (k < 16) k = 16;
+    if (k > 64) k = 64;
     /* covariance partials (n_features^2 doubles a chunk) within 64 MiB */
     if (n_features > 0) {
         int64_t by_mem = ((int64_t)1 << 23) / (n_features * n_features);

@@ -14,7 +14,8 @@ extern "C" {
 
 /* One pass shared by several processes (MPI ranks, each with its own
  * threads): this process reads only the chunks of lines k (the kernels'
- * fixed chunks) with k % n_parts == part, and `exchange` combines every
+ * fixed chunks) in its contiguous share [n*part/n_parts, n*(part+1)/n_parts)
+ * of the n chunks, and `exchange` combines every
  * process's per-chunk partials before the merge: elementwise max, where
  * each element is finite on the one process that read its chunk and -inf
  * on the others (MPI_Allreduce with MPI_MAX). Every process then merges the
