@@ -60,6 +60,22 @@ void hsi_dist_tree_local_f64(double *parts, int64_t n_parts, int64_t count)
     tree_rows(parts, n_parts, count);
 }
 
+/* The tree over this process's parts alone (one rank): into out. */
+static hsi_status tree_sum_here(double *out, const double *parts, int64_t n_parts, int64_t count)
+{
+    if (n_parts == 0) {
+        memset(out, 0, (size_t)count * sizeof *out);
+        return HSI_OK;
+    }
+    double *v = malloc((size_t)(n_parts * count) * sizeof *v);
+    if (!v) return HSI_FAIL(HSI_ERR_NOMEM, "tree sum: out of memory");
+    memcpy(v, parts, (size_t)(n_parts * count) * sizeof *v);
+    tree_rows(v, n_parts, count);
+    memcpy(out, v, (size_t)count * sizeof *out);
+    free(v);
+    return HSI_OK;
+}
+
 /* Threads per rank: the node's cores shared by its ranks, and no more than
  * the rank may run on (mpirun binds ranks to cores by default). The
  * OpenBLAS call is here because its threads must be sized before the first
@@ -362,19 +378,7 @@ hsi_status hsi_dist_tree_sum_f64(double *out, const double *parts, int64_t n_par
     long long *np = NULL;
     double *sendb = NULL, *recvb = NULL, *mine = NULL;
     int *scnt = NULL, *sdisp = NULL, *rcnt = NULL, *rdisp = NULL;
-    if (N <= 1) {
-        if (n_parts == 0) {
-            memset(out, 0, (size_t)count * sizeof *out);
-            return HSI_OK;
-        }
-        double *v = malloc((size_t)(n_parts * count) * sizeof *v);
-        if (!v) return HSI_FAIL(HSI_ERR_NOMEM, "tree sum: out of memory");
-        memcpy(v, parts, (size_t)(n_parts * count) * sizeof *v);
-        tree_rows(v, n_parts, count);
-        memcpy(out, v, (size_t)count * sizeof *out);
-        free(v);
-        return HSI_OK;
-    }
+    if (N <= 1) return tree_sum_here(out, parts, n_parts, count);
     np = malloc((size_t)N * sizeof *np);
     scnt = malloc((size_t)N * sizeof *scnt), sdisp = malloc((size_t)N * sizeof *sdisp);
     rcnt = malloc((size_t)N * sizeof *rcnt), rdisp = malloc((size_t)N * sizeof *rdisp);
@@ -645,17 +649,7 @@ hsi_status hsi_dist_gather_bytes(char **out, int64_t **sizes, const void *mine, 
 
 hsi_status hsi_dist_tree_sum_f64(double *out, const double *parts, int64_t n_parts, int64_t count)
 {
-    if (n_parts == 0) {
-        memset(out, 0, (size_t)count * sizeof *out);
-        return HSI_OK;
-    }
-    double *v = malloc((size_t)(n_parts * count) * sizeof *v);
-    if (!v) return HSI_FAIL(HSI_ERR_NOMEM, "tree sum: out of memory");
-    memcpy(v, parts, (size_t)(n_parts * count) * sizeof *v);
-    tree_rows(v, n_parts, count);
-    memcpy(out, v, (size_t)count * sizeof *out);
-    free(v);
-    return HSI_OK;
+    return tree_sum_here(out, parts, n_parts, count);
 }
 
 /* NCCL needs the MPI build (its unique id goes over MPI) */

@@ -7,6 +7,8 @@
 #include "core/dist.h"
 
 #include <CUnit/Basic.h>
+#include <cpl_error.h>
+#include <gdal.h>
 #include <dirent.h>
 #include <ftw.h>
 #include <stdarg.h>
@@ -68,6 +70,49 @@ const char *hsi_test_tmpdir(void)
         atexit(cleanup_tmp);
     }
     return tmpdir;
+}
+
+int hsi_test_png_size(const char *path, int *w, int *h, int *n)
+{
+    GDALAllRegister();
+    CPLPushErrorHandler(CPLQuietErrorHandler);
+    GDALDatasetH ds = GDALOpen(path, GA_ReadOnly);
+    CPLPopErrorHandler();
+    if (!ds) return 0;
+    int ok = !strcmp(GDALGetDriverShortName(GDALGetDatasetDriver(ds)), "PNG");
+    *w = GDALGetRasterXSize(ds);
+    *h = GDALGetRasterYSize(ds);
+    *n = GDALGetRasterCount(ds);
+    uint8_t *row = malloc((size_t)*w); /* every pixel decodes */
+    for (int b = 1; ok && row && b <= *n; b++)
+        for (int y = 0; ok && y < *h; y++)
+            ok = GDALRasterIO(GDALGetRasterBand(ds, b), GF_Read, 0, y, *w, 1, row, *w, 1, GDT_Byte, 0, 0) == CE_None;
+    free(row);
+    GDALClose(ds);
+    return ok;
+}
+
+uint8_t *hsi_test_png_rgb(const char *path, int *w, int *h)
+{
+    GDALAllRegister();
+    CPLPushErrorHandler(CPLQuietErrorHandler);
+    GDALDatasetH ds = GDALOpen(path, GA_ReadOnly);
+    CPLPopErrorHandler();
+    if (!ds) return NULL;
+    uint8_t *px = NULL;
+    *w = GDALGetRasterXSize(ds);
+    *h = GDALGetRasterYSize(ds);
+    if (!strcmp(GDALGetDriverShortName(GDALGetDatasetDriver(ds)), "PNG") && GDALGetRasterCount(ds) == 3 &&
+        (px = malloc((size_t)*w * (size_t)*h * 3))) {
+        int bands[3] = {1, 2, 3};
+        if (GDALDatasetRasterIO(ds, GF_Read, 0, 0, *w, *h, px, *w, *h, GDT_Byte, 3, bands, 3, (GSpacing)*w * 3,
+                                1) != CE_None) {
+            free(px);
+            px = NULL;
+        }
+    }
+    GDALClose(ds);
+    return px;
 }
 
 const char *hsi_test_tmp(const char *name)

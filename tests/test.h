@@ -41,6 +41,12 @@ const char *hsi_test_shared(const char *rel);
 const char *hsi_test_tmpdir(void);
 /* Joins tmpdir and name into a static buffer (rotates among 8 buffers). */
 const char *hsi_test_tmp(const char *name);
+/* A PNG as GDAL decodes it: (h, w, 3) packed RGB, malloc'd; NULL when GDAL
+ * cannot read it as a 3-band PNG. */
+uint8_t *hsi_test_png_rgb(const char *path, int *w, int *h);
+/* 1 when GDAL reads path as a PNG and decodes every pixel; its width,
+ * height and band count. */
+int hsi_test_png_size(const char *path, int *w, int *h, int *n);
 
 /* Assert that an hsi call succeeded; prints hsi_last_error() when not. */
 #define HSI_CHECK_OK(expr)                                                     \

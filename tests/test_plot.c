@@ -2,38 +2,10 @@
  * decodes at the canvas size, and what is drawn is where and as big as the
  * data say (a line's colour present, a gap left empty, bars to scale, a
  * heat map's dark cells counted). Bad arguments are refused. */
-#include <cpl_error.h>
-#include <gdal.h>
 #include <unistd.h>
 
 #include "io/plot.h"
 #include "test.h"
-
-/* The PNG as GDAL decodes it: RGB bytes (w * h * 3, malloc'd), NULL when
- * GDAL cannot read it as a 3-band PNG. */
-static uint8_t *decode(const char *path, int *w, int *h)
-{
-    GDALAllRegister();
-    CPLPushErrorHandler(CPLQuietErrorHandler);
-    GDALDatasetH ds = GDALOpen(path, GA_ReadOnly);
-    CPLPopErrorHandler();
-    if (!ds) return NULL;
-    uint8_t *px = NULL;
-    *w = GDALGetRasterXSize(ds);
-    *h = GDALGetRasterYSize(ds);
-    if (!strcmp(GDALGetDriverShortName(GDALGetDatasetDriver(ds)), "PNG") &&
-        GDALGetRasterCount(ds) == 3) {
-        px = malloc((size_t)*w * *h * 3);
-        int bands[3] = {1, 2, 3};
-        if (px && GDALDatasetRasterIO(ds, GF_Read, 0, 0, *w, *h, px, *w, *h, GDT_Byte, 3, bands, 3,
-                                      (GSpacing)*w * 3, 1) != CE_None) {
-            free(px);
-            px = NULL;
-        }
-    }
-    GDALClose(ds);
-    return px;
-}
 
 static int is_red(const uint8_t *p)
 {
@@ -66,7 +38,7 @@ static void test_canvas(void)
     const char *png = hsi_test_tmp("plot_blank.png");
     HSI_CHECK_OK(hsi_plot_write_png(p, png));
     int w = 0, h = 0;
-    uint8_t *px = decode(png, &w, &h);
+    uint8_t *px = hsi_test_png_rgb(png, &w, &h);
     CU_ASSERT_PTR_NOT_NULL_FATAL(px);
     CU_ASSERT(w == 123 && h == 45);
     int64_t white = 0;
@@ -104,7 +76,7 @@ static void test_lines(void)
     HSI_CHECK_OK(hsi_plot_write_png(p, png));
     hsi_plot_free(p);
     int w = 0, h = 0;
-    uint8_t *px = decode(png, &w, &h);
+    uint8_t *px = hsi_test_png_rgb(png, &w, &h);
     CU_ASSERT_PTR_NOT_NULL_FATAL(px);
     CU_ASSERT(w == 600 && h == 400);
     /* columns holding red: two runs, the gap between them wider than 2 of
@@ -131,7 +103,7 @@ static void test_lines(void)
     HSI_CHECK_OK(hsi_plot_lines(p, (hsi_plot_rect){0, 0, 600, 400}, &ax, &s, 1));
     HSI_CHECK_OK(hsi_plot_write_png(p, png));
     hsi_plot_free(p);
-    px = decode(png, &w, &h);
+    px = hsi_test_png_rgb(png, &w, &h);
     CU_ASSERT_PTR_NOT_NULL_FATAL(px);
     int64_t shade = 0;
     for (int i = 0; i < w * h; i++) {
@@ -147,7 +119,7 @@ static void test_lines(void)
     HSI_CHECK_OK(hsi_plot_new(&p, 300, 200));
     HSI_CHECK_OK(hsi_plot_lines(p, (hsi_plot_rect){0, 0, 300, 200}, &ax, &s, 1));
     HSI_CHECK_OK(hsi_plot_write_png(p, png));
-    px = decode(png, &w, &h);
+    px = hsi_test_png_rgb(png, &w, &h);
     CU_ASSERT_PTR_NOT_NULL_FATAL(px);
     CU_ASSERT_EQUAL(count(px, w, h, is_red), 0);
     free(px);
@@ -171,7 +143,7 @@ static void test_bars(void)
     const char *png = hsi_test_tmp("plot_bars.png");
     HSI_CHECK_OK(hsi_plot_write_png(p, png));
     int w = 0, h = 0;
-    uint8_t *px = decode(png, &w, &h);
+    uint8_t *px = hsi_test_png_rgb(png, &w, &h);
     CU_ASSERT_PTR_NOT_NULL_FATAL(px);
     CU_ASSERT(w == 700 && h == 300);
     /* the longest blue run of each band of rows, top to bottom */
@@ -227,7 +199,7 @@ static int64_t matrix_dark(const double *m, const char *name)
     HSI_CHECK_OK(hsi_plot_write_png(p, png));
     hsi_plot_free(p);
     int w = 0, h = 0;
-    uint8_t *px = decode(png, &w, &h);
+    uint8_t *px = hsi_test_png_rgb(png, &w, &h);
     CU_ASSERT_PTR_NOT_NULL_FATAL(px);
     CU_ASSERT(w == 500 && h == 420);
     int64_t n = count(px, w, h, is_dark_blue);

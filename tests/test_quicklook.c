@@ -11,22 +11,6 @@
 
 #define FIX "tests/fixtures/formats/"
 
-/* Width, height, band count of a PNG as GDAL decodes it (0 when it cannot). */
-static int png_size(const char *path, int *w, int *h, int *n)
-{
-    GDALAllRegister();
-    CPLPushErrorHandler(CPLQuietErrorHandler);
-    GDALDatasetH ds = GDALOpen(path, GA_ReadOnly);
-    CPLPopErrorHandler();
-    if (!ds) return 0;
-    int ok = strcmp(GDALGetDriverShortName(GDALGetDatasetDriver(ds)), "PNG") == 0;
-    *w = GDALGetRasterXSize(ds);
-    *h = GDALGetRasterYSize(ds);
-    *n = GDALGetRasterCount(ds);
-    GDALClose(ds);
-    return ok;
-}
-
 static void test_cube(void)
 {
     char out[4096];
@@ -35,7 +19,7 @@ static void test_cube(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 3,2,1", png),
                     0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "bands 3,2,1"));
-    CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
+    CU_ASSERT_FATAL(hsi_test_png_size(png, &w, &h, &n));
     CU_ASSERT(w == 6 && h == 5 && n == 3);
     /* usage errors exit 2 and name the problem */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 1,2,4 --overwrite", png),
@@ -57,18 +41,18 @@ static void test_labels(void)
     int w = 0, h = 0, n = 0;
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s", png), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "label map"));
-    CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
+    CU_ASSERT_FATAL(hsi_test_png_size(png, &w, &h, &n));
     CU_ASSERT(w > 6 && h >= 4 && n == 3); /* map + legend */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s --no-legend --overwrite",
                         png),
                     0);
-    CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
+    CU_ASSERT_FATAL(hsi_test_png_size(png, &w, &h, &n));
     CU_ASSERT(w == 6 && h == 4);
     /* --zoom: K x K pixels per map pixel; the colours those of the map */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "classes_envi.hdr %s --no-legend --zoom 3 --overwrite",
                         png),
                     0);
-    CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
+    CU_ASSERT_FATAL(hsi_test_png_size(png, &w, &h, &n));
     CU_ASSERT(w == 18 && h == 12);
 }
 
@@ -81,7 +65,7 @@ static void test_zoom(void)
     int w = 0, h = 0, n = 0;
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 3,2,1", a), 0);
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --bands 3,2,1 --zoom 4", b), 0);
-    CU_ASSERT_FATAL(png_size(b, &w, &h, &n));
+    CU_ASSERT_FATAL(hsi_test_png_size(b, &w, &h, &n));
     CU_ASSERT(w == 24 && h == 20 && n == 3);
     GDALDatasetH da = GDALOpen(a, GA_ReadOnly), db = GDALOpen(b, GA_ReadOnly);
     CU_ASSERT_FATAL(da && db);
@@ -97,7 +81,7 @@ static void test_zoom(void)
     GDALClose(da);
     GDALClose(db);
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --width 3", c), 0);
-    CU_ASSERT_FATAL(png_size(c, &w, &h, &n));
+    CU_ASSERT_FATAL(hsi_test_png_size(c, &w, &h, &n));
     CU_ASSERT(w == 3 && h == 3); /* 5 lines x 3/6, rounded */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --zoom 2 --width 9 --overwrite", c), 2);
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook " FIX "cube3.tif %s --zoom 0 --overwrite", c), 2);
@@ -114,11 +98,11 @@ static void test_shared(void)
     const char *png = hsi_test_tmp("cli_sa.png");
     int w = 0, h = 0, n = 0;
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s --stretch 1", cube, png), 0);
-    CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
+    CU_ASSERT_FATAL(hsi_test_png_size(png, &w, &h, &n));
     CU_ASSERT(w == 86 && h == 83 && n == 3);
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " quicklook %s %s --overwrite", gt, png), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "7 ids present"));
-    CU_ASSERT_FATAL(png_size(png, &w, &h, &n));
+    CU_ASSERT_FATAL(hsi_test_png_size(png, &w, &h, &n));
     CU_ASSERT(w > 86 && h >= 83);
 }
 

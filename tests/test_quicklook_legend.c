@@ -4,37 +4,10 @@
  * a real font (antialiased, measured, UTF-8 names such as "Maïs"), the
  * picture's size follows the layout rule of quicklook.h. Not the CLI: that
  * is test_quicklook.c. */
-#include <cpl_error.h>
-#include <gdal.h>
 
 #include "test.h"
 
 #include "io/quicklook.h"
-
-/* The picture as (h, w, 3) packed RGB, malloc'd; NULL when GDAL cannot
- * read it as a 3-band PNG. */
-static uint8_t *png_read(const char *path, int *w, int *h)
-{
-    GDALAllRegister();
-    CPLPushErrorHandler(CPLQuietErrorHandler);
-    GDALDatasetH ds = GDALOpen(path, GA_ReadOnly);
-    CPLPopErrorHandler();
-    if (!ds) return NULL;
-    uint8_t *px = NULL;
-    *w = GDALGetRasterXSize(ds);
-    *h = GDALGetRasterYSize(ds);
-    if (!strcmp(GDALGetDriverShortName(GDALGetDatasetDriver(ds)), "PNG") &&
-        GDALGetRasterCount(ds) == 3 && (px = malloc((size_t)*w * (size_t)*h * 3))) {
-        int bands[3] = {1, 2, 3};
-        if (GDALDatasetRasterIO(ds, GF_Read, 0, 0, *w, *h, px, *w, *h, GDT_Byte, 3, bands, 3,
-                                3 * *w, 1) != CE_None) {
-            free(px);
-            px = NULL;
-        }
-    }
-    GDALClose(ds);
-    return px;
-}
 
 /* A (L, S) u8 map view of ids. */
 static void map_view(hsi_view *v, int64_t L, int64_t S, const uint8_t *ids)
@@ -80,7 +53,7 @@ static uint8_t *draw(const char *name, const char *const *names, int64_t width, 
     const char *path = hsi_test_tmp(name);
     HSI_CHECK_OK(hsi_quicklook_labels_png_sized(path, &v, NC, names, colours, 1, width));
     hsi_view_release(&v);
-    return png_read(path, w, h);
+    return hsi_test_png_rgb(path, w, h);
 }
 
 /* Every map pixel is its class's colour exactly, nearest-neighbour at any
@@ -206,7 +179,7 @@ static void test_legend_columns(void)
     const char *path = hsi_test_tmp("legend_60.png");
     HSI_CHECK_OK(hsi_quicklook_labels_png_sized(path, &v, 0, NULL, NULL, 1, 0));
     int w = 0, h = 0;
-    uint8_t *px = png_read(path, &w, &h);
+    uint8_t *px = hsi_test_png_rgb(path, &w, &h);
     CU_ASSERT_PTR_NOT_NULL_FATAL(px);
     /* 17 entries a column fit in 400 px: 4 columns of 15 */
     CU_ASSERT_EQUAL(h, legend_h(15));

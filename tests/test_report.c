@@ -7,8 +7,6 @@
  * drawn leaves the rest written; `hsi profile train --plot` draws its bar
  * chart. Tiny runs on data_samples/. */
 #include <cJSON.h>
-#include <cpl_error.h>
-#include <gdal.h>
 #include <unistd.h>
 
 #include "pipeline/report.h"
@@ -18,35 +16,12 @@
 
 static char out[1 << 16];
 
-/* Width, height and band count of a PNG as GDAL decodes it (0: it cannot). */
-static int png_size(const char *path, int *w, int *h, int *n)
-{
-    GDALAllRegister();
-    CPLPushErrorHandler(CPLQuietErrorHandler);
-    GDALDatasetH ds = GDALOpen(path, GA_ReadOnly);
-    CPLPopErrorHandler();
-    if (!ds) return 0;
-    int ok = !strcmp(GDALGetDriverShortName(GDALGetDatasetDriver(ds)), "PNG");
-    *w = GDALGetRasterXSize(ds);
-    *h = GDALGetRasterYSize(ds);
-    *n = GDALGetRasterCount(ds);
-    /* every pixel decodes */
-    uint8_t *row = malloc((size_t)*w);
-    for (int b = 1; ok && row && b <= *n; b++)
-        for (int y = 0; ok && y < *h; y++)
-            ok = GDALRasterIO(GDALGetRasterBand(ds, b), GF_Read, 0, y, *w, 1, row, *w, 1, GDT_Byte,
-                              0, 0) == CE_None;
-    free(row);
-    GDALClose(ds);
-    return ok;
-}
-
 static void check_png(const char *dir, const char *name, int w, int h)
 {
     char p[4096];
     int pw = 0, ph = 0, pn = 0;
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    int ok = png_size(p, &pw, &ph, &pn);
+    int ok = hsi_test_png_size(p, &pw, &ph, &pn);
     if (!ok || pw != w || ph != h || pn != 3)
         fprintf(stderr, "\n  %s: decoded %d, %d x %d x %d (expected %d x %d x 3)\n", p, ok, pw, ph,
                 pn, w, h);
@@ -247,7 +222,7 @@ static void test_profile_leaky(void)
     if (rc) fprintf(stderr, "%s\n", out);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
     int w = 0, h = 0, n = 0;
-    CU_ASSERT(png_size(png, &w, &h, &n));
+    CU_ASSERT(hsi_test_png_size(png, &w, &h, &n));
     CU_ASSERT(w == HSI_REPORT_PROFILE_W && h == HSI_REPORT_PROFILE_H && n == 3);
     char *hist = slurp(dir, "history.csv");
     CU_ASSERT_PTR_NOT_NULL_FATAL(hist);
