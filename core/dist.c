@@ -38,11 +38,15 @@ int hsi_dist_built(void)
 #endif
 }
 
+/* A process forked from a rank (the batch commands' per-cube children) is
+ * not one of the job's processes: it works alone, as rank 0 of 1. */
+static int in_job(void) { return !g.init || getpid() == g.pid; }
+
 int hsi_dist_initialized(void) { return g.init; }
-int hsi_dist_rank(void) { return g.rank; }
-int hsi_dist_size(void) { return g.size; }
-int hsi_dist_local_rank(void) { return g.local_rank; }
-int hsi_dist_local_size(void) { return g.local_size; }
+int hsi_dist_rank(void) { return in_job() ? g.rank : 0; }
+int hsi_dist_size(void) { return in_job() ? g.size : 1; }
+int hsi_dist_local_rank(void) { return in_job() ? g.local_rank : 0; }
+int hsi_dist_local_size(void) { return in_job() ? g.local_size : 1; }
 int hsi_dist_threads_per_rank(void) { return g.threads; }
 
 static void tree_rows(double *v, int64_t n_parts, int64_t count)

@@ -38,6 +38,7 @@ hsi_status hsi_dist_init(int *argc, char ***argv);
 hsi_status hsi_dist_finalize(void);
 int hsi_dist_initialized(void);
 
+/* In a process forked from a rank, rank 0 of size 1: it is not in the job. */
 int hsi_dist_rank(void);       /* 0 before init and without MPI */
 int hsi_dist_size(void);       /* 1 before init and without MPI */
 int hsi_dist_local_rank(void); /* rank among the ranks of this node */
