@@ -101,14 +101,14 @@ static int run_preprocess(int argc, char **argv)
     double t_open = hsi_now();
     HSI_TRY(kcli_fit(&p, &c, &mk, &ko, mode, k, frac, whiten, "--pca", hsi_prep_dist_split()));
     double t_fit = hsi_now();
-    if (hsi_dist_rank() != 0) goto cleanup; /* rank 0 writes */
     char what[256];
     snprintf(what, sizeof what, "hsi preprocess: %lld bands, normalize %s%s%s", (long long)p.norm.n_bands,
              hsi_norm_mode_name(mode), p.has_pca ? ", pca" : "", p.has_pca && whiten ? " (whitened)" : "");
     HSI_TRY(hsi_prep_out_meta(&om, &c.meta, &p, what));
-    if (model_path) HSI_TRY(hsi_prep_save(&p, model_path));
-    HSI_TRY(hsi_prep_write_envi(out, &p, &c.view, &om, il, ko.tile_lines, (int)ko.threads));
-    if (!hsi_is_quiet()) {
+    if (model_path && hsi_dist_rank() == 0) HSI_TRY(hsi_prep_save(&p, model_path));
+    /* under mpirun: each rank projects and writes its share of the lines */
+    HSI_TRY(hsi_prep_write_envi_dist(out, &p, &c.view, &om, il, ko.tile_lines, (int)ko.threads));
+    if (!hsi_is_quiet() && hsi_dist_rank() == 0) {
         double t1 = hsi_now(), gb = (double)c.view.shape[0] * (double)c.view.shape[1] * (double)c.view.shape[2] *
                                          (double)hsi_dtype_size(c.view.dtype) / 1e9;
         fprintf(stderr, "hsi preprocess: %s -> %s: %lld bands -> %lld float32 bands (%s) in %.2f s (%.2f GB/s)\n", in,

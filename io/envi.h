@@ -109,6 +109,20 @@ hsi_status hsi_envi_writer_write(hsi_envi_writer *w, const hsi_view *lines);
 hsi_status hsi_envi_writer_finish(hsi_envi_writer *w); /* frees w */
 void hsi_envi_writer_abort(hsi_envi_writer *w);        /* frees w */
 
+/* One output written by several processes (MPI ranks): the opener hands
+ * the others its temporary data file (hsi_envi_writer_data_temp); each
+ * attaches to it and writes its lines where they go (write_at), then
+ * finishes (flushed to disk, closed: it renames nothing). The opener writes
+ * its own lines, counts the others' (lines_elsewhere) once they finished,
+ * and finishes: header, then the pair renamed into place. */
+const char *hsi_envi_writer_data_temp(const hsi_envi_writer *w);
+hsi_status hsi_envi_writer_attach(hsi_envi_writer **w, const char *data_temp, const char *hdr_path,
+                                  int64_t n_bands, int64_t n_lines, int64_t n_samples,
+                                  const hsi_envi_write_options *o);
+/* lines: (n_bands, n, n_samples) written as lines line0 .. line0+n-1 */
+hsi_status hsi_envi_writer_write_at(hsi_envi_writer *w, int64_t line0, const hsi_view *lines);
+void hsi_envi_writer_lines_elsewhere(hsi_envi_writer *w, int64_t n_lines);
+
 /* Whole-view convenience on top of the streaming writer (tile by tile). */
 hsi_status hsi_envi_write(const char *hdr_path, const hsi_view *cube, const hsi_meta *meta,
                           const hsi_envi_write_options *o);

@@ -320,11 +320,18 @@ struct hsi_envi_writer {
     int64_t lines_done;
     uint8_t *tile;
     int64_t tile_cap;
+    int attached; /* writes into another process's temporary file */
 };
 
 static void writer_free(hsi_envi_writer *w)
 {
     if (!w) return;
+    if (w->attached) { /* not ours to remove */
+        if (w->data.fp) fclose(w->data.fp);
+        free(w->data.final_path);
+        w->data.fp = NULL;
+        w->data.final_path = NULL;
+    }
     hsi_atomic_abort(&w->data);
     hsi_atomic_abort(&w->hdr);
     free(w->header_text);
@@ -476,11 +483,29 @@ cleanup:
     return st;
 }
 
-hsi_status hsi_envi_writer_write(hsi_envi_writer *w, const hsi_view *lines)
+/* lines (B, n, S) as lines y0.. of the file, in chunks of about TILE_BYTES
+ * (at least one line): bounded memory. */
+static hsi_status write_lines(hsi_envi_writer *w, int64_t y0, const hsi_view *lines)
 {
     hsi_status st = HSI_OK;
     hsi_view part;
     memset(&part, 0, sizeof part);
+    int64_t line_bytes = w->B * w->S * w->esz;
+    int64_t per = TILE_BYTES / (line_bytes ? line_bytes : 1);
+    if (per < 1) per = 1;
+    for (int64_t y = 0; y < lines->shape[1]; y += per) {
+        int64_t n = lines->shape[1] - y < per ? lines->shape[1] - y : per;
+        HSI_TRY(hsi_view_slice(&part, lines, 1, y, y + n, 1));
+        HSI_TRY(write_chunk(w, &part, y0 + y, n));
+        hsi_view_release(&part);
+    }
+cleanup:
+    hsi_view_release(&part);
+    return st;
+}
+
+hsi_status hsi_envi_writer_write(hsi_envi_writer *w, const hsi_view *lines)
+{
     if (!w) return HSI_FAIL(HSI_ERR_STATE, "ENVI writer: not open");
     if (lines->ndim != 3 || lines->shape[0] != w->B || lines->shape[2] != w->S)
         return HSI_FAIL(HSI_ERR_ARG,
@@ -496,26 +521,73 @@ hsi_status hsi_envi_writer_write(hsi_envi_writer *w, const hsi_view *lines)
         return HSI_FAIL(HSI_ERR_UNSUPPORTED,
                         "%s: cannot write %s data as %s: the imaginary part would be lost",
                         w->hdr.final_path, hsi_dtype_name(lines->dtype), hsi_dtype_name(w->dtype));
-    /* bounded memory: chunks of about TILE_BYTES (at least one line) */
-    int64_t line_bytes = w->B * w->S * w->esz;
-    int64_t per = TILE_BYTES / (line_bytes ? line_bytes : 1);
-    if (per < 1) per = 1;
-    for (int64_t y = 0; y < lines->shape[1]; y += per) {
-        int64_t n = lines->shape[1] - y < per ? lines->shape[1] - y : per;
-        HSI_TRY(hsi_view_slice(&part, lines, 1, y, y + n, 1));
-        HSI_TRY(write_chunk(w, &part, w->lines_done, n));
-        hsi_view_release(&part);
-        w->lines_done += n;
-    }
-cleanup:
-    hsi_view_release(&part);
+    hsi_status st = write_lines(w, w->lines_done, lines);
+    if (st == HSI_OK) w->lines_done += lines->shape[1];
     return st;
+}
+
+const char *hsi_envi_writer_data_temp(const hsi_envi_writer *w) { return w ? w->data.tmp_path : NULL; }
+
+hsi_status hsi_envi_writer_attach(hsi_envi_writer **out, const char *data_temp, const char *hdr_path,
+                                  int64_t B, int64_t L, int64_t S, const hsi_envi_write_options *o)
+{
+    hsi_envi_write_options def;
+    *out = NULL;
+    if (!o) {
+        hsi_envi_write_options_init(&def);
+        o = &def;
+    }
+    hsi_envi_writer *w = calloc(1, sizeof *w);
+    if (!w) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    w->attached = 1;
+    w->dtype = o->dtype;
+    w->esz = (int64_t)hsi_dtype_size(w->dtype);
+    w->B = B;
+    w->L = L;
+    w->S = S;
+    w->il = o->interleave;
+    w->byte_order = o->byte_order ? 1 : 0;
+    w->header_offset = o->header_offset;
+    w->data.final_path = strdup(hdr_path); /* for messages */
+    w->data.fp = fopen(data_temp, "r+b");
+    if (!w->data.fp || !w->data.final_path) {
+        hsi_status st = HSI_FAIL(HSI_ERR_IO, "%s: cannot open the shared temporary data file %s: %s", hdr_path,
+                                 data_temp, strerror(errno));
+        writer_free(w);
+        return st;
+    }
+    *out = w;
+    return HSI_OK;
+}
+
+hsi_status hsi_envi_writer_write_at(hsi_envi_writer *w, int64_t line0, const hsi_view *lines)
+{
+    if (!w) return HSI_FAIL(HSI_ERR_STATE, "ENVI writer: not open");
+    if (lines->ndim != 3 || lines->shape[0] != w->B || lines->shape[2] != w->S || line0 < 0 ||
+        line0 + lines->shape[1] > w->L)
+        return HSI_FAIL(HSI_ERR_ARG, "%s: lines %lld..%lld of a (%lld, %lld, %lld) cube do not fit", w->data.final_path,
+                        (long long)line0, (long long)(line0 + (lines->ndim == 3 ? lines->shape[1] : 0)),
+                        (long long)w->B, (long long)w->L, (long long)w->S);
+    hsi_status st = write_lines(w, line0, lines);
+    if (st == HSI_OK) w->lines_done += lines->shape[1];
+    return st;
+}
+
+void hsi_envi_writer_lines_elsewhere(hsi_envi_writer *w, int64_t n_lines)
+{
+    if (w) w->lines_done += n_lines;
 }
 
 hsi_status hsi_envi_writer_finish(hsi_envi_writer *w)
 {
     hsi_status st = HSI_OK;
     if (!w) return HSI_FAIL(HSI_ERR_STATE, "ENVI writer: not open");
+    if (w->attached) { /* our lines on disk before the opener commits */
+        if (fflush(w->data.fp) != 0 || fsync(fileno(w->data.fp)) != 0)
+            st = HSI_FAIL(HSI_ERR_IO, "%s: cannot write the shared data file: %s", w->data.final_path,
+                          strerror(errno));
+        goto cleanup;
+    }
     if (w->lines_done != w->L) {
         st = HSI_FAIL(HSI_ERR_STATE, "%s: only %lld of %lld lines were written; nothing kept",
                       w->hdr.final_path, (long long)w->lines_done, (long long)w->L);

@@ -269,6 +269,93 @@ cleanup:
     return st;
 }
 
+/* Fused-pass sink for a share of the lines: written at their place. */
+typedef struct share_sink {
+    hsi_envi_writer *w;
+    int64_t y0; /* the share's first line in the cube */
+} share_sink;
+
+static hsi_status sink_share(void *ctx, const float *tile, int64_t line0, int64_t n_lines, int64_t n_out,
+                             int64_t n_samples, int pixel_major)
+{
+    share_sink *sh = ctx;
+    hsi_status st = HSI_OK;
+    hsi_buffer *buf = NULL;
+    hsi_view v;
+    size_t bytes = sizeof(float) * (size_t)(n_out * n_lines * n_samples);
+    HSI_TRY(hsi_buffer_wrap(&buf, (void *)tile, bytes, HSI_BUF_HOST, NULL, NULL));
+    int64_t shape[3] = {n_out, n_lines, n_samples};
+    int64_t bm[3] = {4 * n_lines * n_samples, 4 * n_samples, 4};
+    int64_t pm[3] = {4, 4 * n_samples * n_out, 4 * n_out};
+    HSI_TRY(hsi_view_make(&v, buf, 0, HSI_F32, 3, shape, pixel_major ? pm : bm, 0));
+    st = hsi_envi_writer_write_at(sh->w, sh->y0 + line0, &v);
+    hsi_view_release(&v);
+cleanup:
+    hsi_buffer_release(buf);
+    return st;
+}
+
+hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
+                                    const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
+                                    int n_threads)
+{
+    const int N = hsi_dist_size(), r = hsi_dist_rank();
+    if (N <= 1) return hsi_prep_write_envi(out_hdr, p, cube, out_meta, il, tile_lines, n_threads);
+    hsi_status st = HSI_OK;
+    hsi_envi_write_options wo;
+    hsi_envi_writer *w = NULL;
+    hsi_view share;
+    char tmp[4096] = "";
+    memset(&share, 0, sizeof share);
+    HSI_TRY(hsi_prep_check(p, cube, out_hdr));
+    hsi_envi_write_options_init(&wo);
+    wo.interleave = il;
+    wo.dtype = HSI_F32;
+    const int64_t no = hsi_prep_n_out(p), L = cube->shape[1], S = cube->shape[2];
+    hsi_status opened = HSI_OK;
+    if (r == 0) {
+        opened = hsi_envi_writer_open(&w, out_hdr, out_meta, no, L, S, &wo);
+        if (opened == HSI_OK) snprintf(tmp, sizeof tmp, "%s", hsi_envi_writer_data_temp(w));
+    }
+    HSI_TRY(hsi_dist_bcast(tmp, sizeof tmp, 0));
+    if (r == 0 && opened != HSI_OK) {
+        st = opened;
+        goto cleanup;
+    }
+    if (!tmp[0]) {
+        st = HSI_FAIL(HSI_ERR_IO, "%s: rank 0 could not open the output", out_hdr);
+        goto cleanup;
+    }
+    if (r != 0) HSI_TRY(hsi_envi_writer_attach(&w, tmp, out_hdr, no, L, S, &wo));
+    int64_t y0 = L * r / N, y1 = L * (r + 1) / N;
+    if (y1 > y0) {
+        share_sink sh = {w, y0};
+        HSI_TRY(hsi_view_slice(&share, cube, 1, y0, y1, 1));
+        hsi_fused_opts fo = {.pixel_major = il == HSI_BIP,
+                             .tile_lines = tile_lines,
+                             .n_threads = n_threads,
+                             .progress_label = r == 0 ? (p->has_pca ? "project" : "normalise") : NULL,
+                             .sink = sink_share,
+                             .sink_ctx = &sh};
+        HSI_TRY(hsi_fused_run(NULL, &share, &p->norm, p->has_pca ? &p->pca : NULL, &fo));
+    }
+    if (r != 0) { /* on disk before rank 0 commits */
+        st = hsi_envi_writer_finish(w);
+        w = NULL;
+        if (st != HSI_OK) goto cleanup;
+    }
+    HSI_TRY(hsi_dist_barrier());
+    if (r == 0) {
+        hsi_envi_writer_lines_elsewhere(w, L - (y1 - y0));
+        st = hsi_envi_writer_finish(w);
+        w = NULL;
+    }
+cleanup:
+    hsi_view_release(&share);
+    if (w) hsi_envi_writer_abort(w);
+    return st;
+}
+
 static const char *const drop_keys[] = {"data gain values",          "data offset values",
                                         "reflectance scale factor",  "data ignore value",
                                         "data reflectance gain values", "data reflectance offset values",

@@ -81,6 +81,14 @@ hsi_status hsi_prep_transform(hsi_view *out, const hsi_prep *p, const hsi_view *
 hsi_status hsi_prep_write_envi(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
                                const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
                                int n_threads);
+/* The same, shared by the ranks of this job (core/dist.h): every rank calls
+ * it; each projects its share of the lines and writes them where they go in
+ * the one output, which rank 0 opens, sizes and, once every rank has
+ * finished, renames into place. The bytes are those of one process. With
+ * one rank: hsi_prep_write_envi. */
+hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
+                                    const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
+                                    int n_threads);
 
 /* The output header: a copy of in for the selected bands, or k "PCn (x %)"
  * bands with PCA; calibration and ignore value removed (the output is
