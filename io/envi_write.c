@@ -339,6 +339,28 @@ static void writer_free(hsi_envi_writer *w)
     free(w);
 }
 
+/* A writer's dimensions and layout from the options (NULL = defaults). */
+static hsi_envi_writer *writer_new(int64_t B, int64_t L, int64_t S, hsi_dtype dtype,
+                                   const hsi_envi_write_options *o)
+{
+    hsi_envi_write_options def;
+    if (!o) {
+        hsi_envi_write_options_init(&def);
+        o = &def;
+    }
+    hsi_envi_writer *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->dtype = o->dtype != HSI_DT_INVALID ? o->dtype : dtype;
+    w->esz = (int64_t)hsi_dtype_size(w->dtype);
+    w->B = B;
+    w->L = L;
+    w->S = S;
+    w->il = o->interleave;
+    w->byte_order = o->byte_order ? 1 : 0;
+    w->header_offset = o->header_offset;
+    return w;
+}
+
 hsi_status hsi_envi_writer_open(hsi_envi_writer **out, const char *hdr_path, const hsi_meta *meta,
                                 int64_t B, int64_t L, int64_t S,
                                 const hsi_envi_write_options *o)
@@ -351,16 +373,8 @@ hsi_status hsi_envi_writer_open(hsi_envi_writer **out, const char *hdr_path, con
         hsi_envi_write_options_init(&def);
         o = &def;
     }
-    hsi_envi_writer *w = calloc(1, sizeof *w);
+    hsi_envi_writer *w = writer_new(B, L, S, meta ? meta->dtype : HSI_DT_INVALID, o);
     if (!w) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
-    w->dtype = o->dtype != HSI_DT_INVALID ? o->dtype : (meta ? meta->dtype : HSI_DT_INVALID);
-    w->esz = (int64_t)hsi_dtype_size(w->dtype);
-    w->B = B;
-    w->L = L;
-    w->S = S;
-    w->il = o->interleave;
-    w->byte_order = o->byte_order ? 1 : 0;
-    w->header_offset = o->header_offset;
 
     size_t n = strlen(hdr_path);
     if (n < 5 || strcasecmp(hdr_path + n - 4, ".hdr")) {
@@ -531,23 +545,10 @@ const char *hsi_envi_writer_data_temp(const hsi_envi_writer *w) { return w ? w->
 hsi_status hsi_envi_writer_attach(hsi_envi_writer **out, const char *data_temp, const char *hdr_path,
                                   int64_t B, int64_t L, int64_t S, const hsi_envi_write_options *o)
 {
-    hsi_envi_write_options def;
     *out = NULL;
-    if (!o) {
-        hsi_envi_write_options_init(&def);
-        o = &def;
-    }
-    hsi_envi_writer *w = calloc(1, sizeof *w);
+    hsi_envi_writer *w = writer_new(B, L, S, HSI_DT_INVALID, o);
     if (!w) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
     w->attached = 1;
-    w->dtype = o->dtype;
-    w->esz = (int64_t)hsi_dtype_size(w->dtype);
-    w->B = B;
-    w->L = L;
-    w->S = S;
-    w->il = o->interleave;
-    w->byte_order = o->byte_order ? 1 : 0;
-    w->header_offset = o->header_offset;
     w->data.final_path = strdup(hdr_path); /* for messages */
     w->data.fp = fopen(data_temp, "r+b");
     if (!w->data.fp || !w->data.final_path) {

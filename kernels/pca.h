@@ -51,7 +51,9 @@ hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_
                           const hsi_norm *norm, const hsi_pca_opts *opts);
 
 /* One read of the cube for two results: stats of every cube band, as
- * hsi_stats_compute(stats, cube, opts) gives them (bit for bit), and the
+ * hsi_stats_compute(stats, cube, opts) gives them (bit for bit while the
+ * covariance leaves the chunk count at its default: up to 362 bands, see
+ * hsi_kern_stats_chunks; to rounding beyond), and the
  * mean and covariance (as hsi_covariance with the identity map over bands,
  * n_bands of them; NULL = all) of the raw values over the same pixels
  * (opts->mask), gathered tile by tile while the statistics pass has the

@@ -10,6 +10,7 @@
 
 #include "core/dist.h"
 #include "core/threads.h"
+#include "pipeline/run_internal.h"
 
 #define DDP_MAX_BUCKETS 4096
 
@@ -347,14 +348,7 @@ hsi_status hsi_ddp_step(hsi_ddp *d, hsi_graph *g, const float *x, const int32_t 
             goto cleanup;
         }
         *loss_sum += l * (double)nt;
-        const float *lp = hsi_tensor_ptr(logits);
-        int64_t K = logits->data.shape[1];
-        for (int64_t i = 0; i < nt; i++) {
-            int64_t best = 0;
-            for (int64_t k = 1; k < K; k++)
-                if (lp[i * K + k] > lp[i * K + best]) best = k;
-            *correct += best == y[o + i];
-        }
+        *correct += hsi_run_count_correct(hsi_tensor_ptr(logits), nt, logits->data.shape[1], y + o);
         if (det && t == 0) buffers_copy(d, 1);
         double t1 = hsi_now();
         int hook = !det && N > 1 && d->c.overlap && t == n_tiles - 1;

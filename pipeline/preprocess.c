@@ -218,58 +218,8 @@ cleanup:
     return st;
 }
 
-/* Fused-pass sink that streams tiles to an ENVI writer. */
-static hsi_status sink_tile(void *ctx, const float *tile, int64_t line0, int64_t n_lines,
-                            int64_t n_out, int64_t n_samples, int pixel_major)
-{
-    hsi_envi_writer *w = ctx;
-    hsi_status st = HSI_OK;
-    hsi_buffer *buf = NULL;
-    hsi_view v;
-    (void)line0;
-    size_t bytes = sizeof(float) * (size_t)(n_out * n_lines * n_samples);
-    HSI_TRY(hsi_buffer_wrap(&buf, (void *)tile, bytes, HSI_BUF_HOST, NULL, NULL));
-    int64_t shape[3] = {n_out, n_lines, n_samples};
-    int64_t bm[3] = {4 * n_lines * n_samples, 4 * n_samples, 4};
-    int64_t pm[3] = {4, 4 * n_samples * n_out, 4 * n_out};
-    HSI_TRY(hsi_view_make(&v, buf, 0, HSI_F32, 3, shape, pixel_major ? pm : bm, 0));
-    st = hsi_envi_writer_write(w, &v);
-    hsi_view_release(&v);
-cleanup:
-    hsi_buffer_release(buf);
-    return st;
-}
-
-hsi_status hsi_prep_write_envi(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
-                               const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
-                               int n_threads)
-{
-    hsi_status st = HSI_OK;
-    hsi_envi_write_options wo;
-    hsi_envi_writer *w = NULL;
-    HSI_TRY(hsi_prep_check(p, cube, out_hdr));
-    hsi_envi_write_options_init(&wo);
-    wo.interleave = il;
-    wo.dtype = HSI_F32;
-    HSI_TRY(hsi_envi_writer_open(&w, out_hdr, out_meta, hsi_prep_n_out(p), cube->shape[1],
-                                 cube->shape[2], &wo));
-    hsi_fused_opts fo = {.pixel_major = il == HSI_BIP,
-                         .tile_lines = tile_lines,
-                         .n_threads = n_threads,
-                         .progress_label = p->has_pca ? "project" : "normalise",
-                         .sink = sink_tile,
-                         .sink_ctx = w};
-    st = hsi_fused_run(NULL, cube, &p->norm, p->has_pca ? &p->pca : NULL, &fo);
-    if (st != HSI_OK) {
-        hsi_envi_writer_abort(w);
-        goto cleanup;
-    }
-    HSI_TRY(hsi_envi_writer_finish(w));
-cleanup:
-    return st;
-}
-
-/* Fused-pass sink for a share of the lines: written at their place. */
+/* Fused-pass sink: a tile of the lines [y0, ...) this process projects,
+ * written at its place in the output. */
 typedef struct share_sink {
     hsi_envi_writer *w;
     int64_t y0; /* the share's first line in the cube */
@@ -295,12 +245,15 @@ cleanup:
     return st;
 }
 
-hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
-                                    const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
-                                    int n_threads)
+/* Process r of N projects lines [L*r/N, L*(r+1)/N) into the one output:
+ * process 0 opens and sizes it and hands the others its temporary data
+ * file, each writes its lines where they go, and once all have flushed
+ * (a barrier) process 0 renames the pair into place. N = 1: one process,
+ * no communication. */
+static hsi_status write_share(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
+                              const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines, int n_threads,
+                              int r, int N)
 {
-    const int N = hsi_dist_size(), r = hsi_dist_rank();
-    if (N <= 1) return hsi_prep_write_envi(out_hdr, p, cube, out_meta, il, tile_lines, n_threads);
     hsi_status st = HSI_OK;
     hsi_envi_write_options wo;
     hsi_envi_writer *w = NULL;
@@ -317,8 +270,8 @@ hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, cons
         opened = hsi_envi_writer_open(&w, out_hdr, out_meta, no, L, S, &wo);
         if (opened == HSI_OK) snprintf(tmp, sizeof tmp, "%s", hsi_envi_writer_data_temp(w));
     }
-    HSI_TRY(hsi_dist_bcast(tmp, sizeof tmp, 0));
-    if (r == 0 && opened != HSI_OK) {
+    if (N > 1) HSI_TRY(hsi_dist_bcast(tmp, sizeof tmp, 0));
+    if (opened != HSI_OK) {
         st = opened;
         goto cleanup;
     }
@@ -344,7 +297,7 @@ hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, cons
         w = NULL;
         if (st != HSI_OK) goto cleanup;
     }
-    HSI_TRY(hsi_dist_barrier());
+    if (N > 1) HSI_TRY(hsi_dist_barrier());
     if (r == 0) {
         hsi_envi_writer_lines_elsewhere(w, L - (y1 - y0));
         st = hsi_envi_writer_finish(w);
@@ -354,6 +307,20 @@ cleanup:
     hsi_view_release(&share);
     if (w) hsi_envi_writer_abort(w);
     return st;
+}
+
+hsi_status hsi_prep_write_envi(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
+                               const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
+                               int n_threads)
+{
+    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 0, 1);
+}
+
+hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
+                                    const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
+                                    int n_threads)
+{
+    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, hsi_dist_rank(), hsi_dist_size());
 }
 
 static const char *const drop_keys[] = {"data gain values",          "data offset values",

@@ -86,12 +86,7 @@ static hsi_status classify(const hsi_run *r, int32_t *pred, const hsi_patcher *p
         }
         const float *lp = hsi_tensor_ptr(logits);
         int64_t K = logits->data.shape[1];
-        for (int i = 0; i < nb; i++) {
-            int64_t best = 0;
-            for (int64_t k = 1; k < K; k++)
-                if (lp[i * K + k] > lp[i * K + best]) best = k;
-            pred[i0 + i] = (int32_t)best;
-        }
+        for (int i = 0; i < nb; i++) pred[i0 + i] = (int32_t)hsi_run_argmax(lp + i * K, K);
     }
 cleanup:
     hsi_set_grad_enabled(prev);

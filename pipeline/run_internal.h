@@ -1,6 +1,6 @@
-/* run_internal.h — what run.c and trainer.c share and nothing else needs:
- * paths inside a run directory, JSON and class-map writers, the model file
- * with its metadata. Not installed. */
+/* run_internal.h — what pipeline/ shares and nothing else needs: paths
+ * inside a run directory, classes from logits, JSON and class-map writers,
+ * the model file with its metadata. Not installed. */
 #ifndef HSI_RUN_INTERNAL_H
 #define HSI_RUN_INTERNAL_H
 
@@ -13,6 +13,23 @@
 
 /* dir/name, malloc'd; NULL (with the error set) when out of memory. */
 char *hsi_run_path(const char *dir, const char *name);
+
+/* The class of a row of K logits (the first of equal maxima). */
+static inline int64_t hsi_run_argmax(const float *row, int64_t K)
+{
+    int64_t best = 0;
+    for (int64_t k = 1; k < K; k++)
+        if (row[k] > row[best]) best = k;
+    return best;
+}
+
+/* Rows of logits (n, K) whose class is y[i]. */
+static inline int64_t hsi_run_count_correct(const float *logits, int64_t n, int64_t K, const int32_t *y)
+{
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += hsi_run_argmax(logits + i * K, K) == y[i];
+    return c;
+}
 
 /* Writes j as indented JSON, atomically. */
 hsi_status hsi_run_save_json(const char *path, const struct cJSON *j);

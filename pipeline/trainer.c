@@ -286,15 +286,7 @@ static hsi_status step_cpu(hsi_trainer *t, const hsi_batch *b, const hsi_ce_opts
                         "training diverged: loss is %g at epoch %lld batch %lld (lower --lr?)", l,
                         (long long)b->epoch, (long long)b->index);
     t->ep_loss_sum += l * (double)b->n;
-    const float *lp = hsi_tensor_ptr(logits);
-    const int32_t *yy = b->y;
-    int64_t K = logits->data.shape[1];
-    for (int64_t i = 0; i < b->n; i++) {
-        int64_t best = 0;
-        for (int64_t k = 1; k < K; k++)
-            if (lp[i * K + k] > lp[i * K + best]) best = k;
-        t->ep_correct += best == yy[i];
-    }
+    t->ep_correct += hsi_run_count_correct(hsi_tensor_ptr(logits), b->n, logits->data.shape[1], b->y);
     t->ep_seen += b->n;
 cleanup:
     return st;
