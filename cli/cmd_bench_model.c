@@ -2,6 +2,7 @@
  * AdamW) and inference samples/s of a model of the zoo on random data, with
  * the per-step engine memory. bench/bench_model.sh runs PyTorch beside it.
  * Not a correctness test. */
+#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,13 +11,84 @@
 #include "models/layers.h"
 #include "models/optim.h"
 
+/* shape of the activations between layers while walking the model (batch axis left out) */
+typedef struct fl_shape {
+    int64_t ch, sp[3];
+    int nd;
+} fl_shape;
+
+/* Adds the forward FLOPs per sample of the convolutions and linear layers of
+ * m (2 per multiply-add), walking it in forward order from shape *s. */
+static void model_flops(const hsi_module *m, fl_shape *s, double *flops)
+{
+    switch (m->kind) {
+    case HSI_MOD_SEQUENTIAL:
+        for (int i = 0; i < m->n_children; i++) model_flops(m->children[i], s, flops);
+        break;
+    case HSI_MOD_CONV: {
+        const int64_t *ws = m->tensors[0].t->data.shape; /* (K, C, taps...) */
+        double taps = 1, out_sp = 1;
+        for (int i = 0; i < m->nd; i++) {
+            taps *= m->ker[i];
+            s->sp[i] = (s->sp[i] + 2 * m->pad[i] - m->ker[i]) / m->stride[i] + 1;
+            out_sp *= (double)s->sp[i];
+        }
+        *flops += 2.0 * (double)ws[0] * (double)ws[1] * taps * out_sp;
+        s->ch = ws[0], s->nd = m->nd;
+        break;
+    }
+    case HSI_MOD_MAXPOOL:
+    case HSI_MOD_AVGPOOL:
+        for (int i = 0; i < m->nd; i++)
+            s->sp[i] = (s->sp[i] + 2 * m->pad[i] - m->ker[i]) / m->stride[i] + 1;
+        break;
+    case HSI_MOD_GAP: s->nd = 0; break;
+    case HSI_MOD_FLATTEN:
+        for (int i = 0; i < s->nd; i++) s->ch *= s->sp[i];
+        s->nd = 0;
+        break;
+    case HSI_MOD_RESHAPE: /* the model zoo's reshapes give every axis (no -1) */
+        s->ch = m->reshape[0], s->nd = m->reshape_nd - 1;
+        for (int i = 1; i < m->reshape_nd; i++) s->sp[i - 1] = m->reshape[i];
+        break;
+    case HSI_MOD_LINEAR:
+        *flops += 2.0 * m->in_features * m->out_features;
+        s->ch = m->out_features, s->nd = 0;
+        break;
+    default: break;
+    }
+}
+
+/* sgemm GFLOP/s on `threads` OpenBLAS threads, square n = 1024, best of 5
+ * (the engine's best case: its convolutions are no bigger a product than this) */
+static double sgemm_rate(int threads)
+{
+    const int n = 1024;
+    float *a = malloc(sizeof(float) * 3 * n * n);
+    if (!a) return 0;
+    for (int64_t i = 0; i < 3LL * n * n; i++) a[i] = (float)(i % 7) * 0.1f;
+    openblas_set_num_threads(threads);
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        double t0 = hsi_now();
+        /* (n x n) = (n x n) (n x n), row-major, ld n */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, a + n * n, n,
+                    0.0f, a + 2 * n * n, n);
+        double t = hsi_now() - t0;
+        if (r > 0 && t < best) best = t; /* the first warms the threads up */
+    }
+    openblas_set_num_threads(1);
+    free(a);
+    return 2.0 * n * n * n / best / 1e9;
+}
+
 static int bench_model(int argc, char **argv)
 {
     const char *cmd = "bench model", *name = NULL;
     long long batch = 128, bands = 30, patch = 11, classes = 16, threads = 2, steps = 20,
               warmup = 3;
     hsi_conv_impl conv_impl = HSI_CONV_IMPL_AUTO;
-    int json = 0, ops = 0, rc = HSI_EXIT_FAIL;
+    int json = 0, ops = 0, bound = 0, rc = HSI_EXIT_FAIL;
     hsi_status st = HSI_OK;
     hsi_module *m = NULL;
     hsi_optim *o = NULL;
@@ -42,6 +114,8 @@ static int bench_model(int argc, char **argv)
             json = 1;
         } else if (!strcmp(argv[i], "--ops")) {
             ops = 1;
+        } else if (!strcmp(argv[i], "--bound")) {
+            bound = 1;
         } else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) {
             if (!strcmp(v, "auto")) conv_impl = HSI_CONV_IMPL_AUTO;
             else if (!strcmp(v, "direct")) conv_impl = HSI_CONV_IMPL_DIRECT;
@@ -123,16 +197,26 @@ static int bench_model(int argc, char **argv)
     }
     HSI_TRY(st);
     double train_sps = (double)(batch * steps) / t_train, infer_sps = (double)(batch * steps) / t_inf;
+    /* the sgemm bound: training is about 3 products per layer (forward, dx,
+     * dw), inference 1; sgemm timed now, in the same run, on the same threads */
+    fl_shape sh = {xs[1], {xs[2], nd > 3 ? xs[3] : 1, nd > 4 ? xs[4] : 1}, nd - 2};
+    double fwd_flops = 0, gf = bound ? sgemm_rate((int)threads) : 0;
+    model_flops(m, &sh, &fwd_flops);
+    double train_bound = gf > 0 ? gf * 1e9 / (3 * fwd_flops) : 0,
+           infer_bound = gf > 0 ? gf * 1e9 / fwd_flops : 0;
     if (json) {
         printf("{\"model\": \"%s\", \"batch\": %lld, \"bands\": %lld, \"patch\": %lld, \"classes\": "
                "%lld, \"threads\": %lld, \"steps\": %lld, \"train_samples_per_s\": %.1f, "
                "\"infer_samples_per_s\": %.1f, \"forward_ms\": %.3f, \"backward_ms\": %.3f, "
                "\"optimizer_ms\": %.3f, \"params\": %lld, \"arena_bytes\": %lld, "
-               "\"steady_state_allocs\": %lld, \"last_loss\": %.6f}\n",
+               "\"steady_state_allocs\": %lld, \"last_loss\": %.6f, \"train_gflop_per_sample\": %.4f, "
+               "\"sgemm_GFps\": %.1f, \"train_bound_samples_per_s\": %.1f, "
+               "\"infer_bound_samples_per_s\": %.1f}\n",
                name, batch, bands, patch, classes, threads, steps, train_sps, infer_sps,
                1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps,
                (long long)hsi_module_param_count(m), (long long)hsi_graph_arena_bytes(g),
-               (long long)(m1.n_allocs - m0.n_allocs), loss_v);
+               (long long)(m1.n_allocs - m0.n_allocs), loss_v, 3 * fwd_flops / 1e9, gf,
+               train_bound, infer_bound);
     } else {
         printf("model %s: batch %lld, input %lldx%lldx%lld, %lld classes, %lld threads, %lld "
                "parameters\n", name, batch, bands, patch, patch, classes, threads,
@@ -141,6 +225,11 @@ static int bench_model(int argc, char **argv)
                "step)\n", train_sps, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps,
                1e3 * t_opt / steps);
         printf("  infer: %.1f samples/s\n", infer_sps);
+        if (bound)
+            printf("  sgemm bound: %.1f GFLOP/s (1024^3, %lld threads); %.3f GFLOP per training "
+                   "sample -> train %.1f samples/s (%.2f of it), infer %.1f (%.2f of it)\n", gf,
+                   threads, 3 * fwd_flops / 1e9, train_bound, train_sps / train_bound, infer_bound,
+                   infer_sps / infer_bound);
         printf("  engine allocations during the %lld timed steps: %lld; arena %.1f MiB\n", steps,
                (long long)(m1.n_allocs - m0.n_allocs), hsi_graph_arena_bytes(g) / 1048576.0);
     }
@@ -159,14 +248,16 @@ HSI_CLI_COMMAND(bench_model,
                 {"bench-model", "(reached as 'hsi bench model')",
                  "usage: hsi bench model NAME [--batch 128] [--bands 30] [--patch 11]\n"
                  "                             [--classes 16] [--threads 2] [--steps 20]\n"
-                 "                             [--warmup 3] [--json] [--ops]\n"
+                 "                             [--warmup 3] [--json] [--ops] [--bound]\n"
                  "                             [--conv auto|direct|gemm]\n"
                  "\n"
                  "Times training steps (forward, cross-entropy, backward, AdamW) and\n"
                  "no-grad inference batches of model NAME (cnn2d, hybridsn, cnn1d) on random\n"
                  "data and prints samples/s (--json: train_samples_per_s,\n"
                  "infer_samples_per_s, per-phase ms; --ops: time per op and layer on\n"
-                 "stderr; --conv: the float convolution: auto = Winograd F(2x2,3x3) for\n"
+                 "stderr; --bound: also time sgemm (1024^3) on the same threads and print\n"
+                 "the samples/s it would allow at 3x the forward FLOPs of the convolutions\n"
+                 "and linear layers per training sample; --conv: the float convolution: auto = Winograd F(2x2,3x3) for\n"
                  "3x3 convs with pad 0 or 1 and direct AVX2 kernels for the rest, direct = no\n"
                  "Winograd, gemm = im2col + OpenBLAS). bench/bench_model.sh runs PyTorch\n"
                  "(bench/torch_cnn2d.py) beside it with the same threads and prints the ratio.\n",

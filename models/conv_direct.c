@@ -10,11 +10,15 @@
  * R <= 6 consecutive output positions x 16 output channels (12 ymm
  * accumulators) runs over the C*taps reduction with one broadcast load per
  * position and two loads of packed weights (16 channels of one (c, tap)) per
- * step — the offset of each (c, tap) in the padded plane comes from a table.
+ * step — the offset of each (c, tap) in the padded plane comes from a table;
+ * convolutions with <= 8 output channels take R <= 12 positions x 8 channels
+ * instead. The channel blocks take turns over bands of 4 output rows, so the
+ * input rows a band reads stay in cache (a 3-D plane is often larger than L2).
  * Backward to the input is the same kernel on dy padded by kernel-1-pad with
  * the filters flipped and transposed. Backward to the weights: for 6 (c, tap)
  * rows x 16 output channels, sum over the sample's positions of the padded
- * input at that tap times dy transposed to (positions, K).
+ * input at that tap times dy transposed to (positions, K), over chunks of
+ * positions whose rows of dy stay in L2.
  *
  * Threads: samples are split between threads (hsi_parallel); each
  * thread has its own padded planes and weight-gradient partial, and the
@@ -39,6 +43,8 @@
 #define DC_MAX_SLOTS 16
 #define DC_TILE_P 6  /* output positions per register tile */
 #define DC_TILE_K 16 /* output channels per register tile (two ymm) */
+#define DC_BAND_ROWS 4 /* output rows the direct kernel's channel blocks share */
+#define DC_DW_CHUNK 16384 /* floats of dy (positions x kpad) per dw pass: 64 KiB, in L2 */
 
 static int dc_impl = HSI_CONV_IMPL_AUTO;
 
@@ -226,6 +232,38 @@ dc_tile(const int R, float *restrict acc, int64_t ld, const float *in, const int
 #undef DC_STORE
 }
 
+/* The narrow tile for convolutions with at most 8 output channels (the
+ * first conv of hybridsn, the input gradient of its second): 16 channels
+ * would leave half the lanes on zero filters, so R <= 12 positions x 8
+ * channels instead (12 ymm accumulators, one packed weight load and 12
+ * broadcasts per step). acc (R rows of 8) = sum over k < nk of
+ * in[off[k] + r] * w[k][0..8). */
+#define DC_TILE_P8 12
+#define DC_ACC8_DECL                                                                           \
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,     \
+           c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0
+#define DC_FOR_R8(X) X(0, c0) X(1, c1) X(2, c2) X(3, c3) X(4, c4) X(5, c5) X(6, c6) X(7, c7) \
+    X(8, c8) X(9, c9) X(10, c10) X(11, c11)
+
+static inline __attribute__((always_inline)) DC_TARGET void
+dc_tile8(const int R, float *restrict acc, const float *in, const int32_t *restrict off,
+         int64_t nk, const float *restrict w)
+{
+    DC_ACC8_DECL;
+    for (int64_t k = 0; k < nk; k++, w += 8) {
+        __m256 w0 = _mm256_loadu_ps(w);
+        const float *p = in + off[k];
+#define DC_STEP8(r, x)                                                                         \
+    if (R > r) x = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r), w0, x);
+        DC_FOR_R8(DC_STEP8)
+#undef DC_STEP8
+    }
+#define DC_STORE8(r, x)                                                                        \
+    if (R > r) _mm256_storeu_ps(acc + 8 * r, x);
+    DC_FOR_R8(DC_STORE8)
+#undef DC_STORE8
+}
+
 /* dwp rows r < R (ld floats apart, 16 channels each) += sum over positions
  * o < npos of in[off[r] + pos[o]] * dyt[o * ld + 0..16) */
 static inline __attribute__((always_inline)) DC_TARGET void
@@ -300,7 +338,28 @@ static DC_TARGET void dc_dw_tile_any(int R, float *dwp, int64_t ld, const float 
     DC_SWITCH(R, DC_T)
 #undef DC_T
 }
+
+static DC_TARGET void dc_tile8_any(int R, float *acc, const float *in, const int32_t *off,
+                                   int64_t nk, const float *w)
+{
+#define DC_T(n) dc_tile8(n, acc, in, off, nk, w)
+    switch (R) {
+    case 12: DC_T(12); break;
+    case 11: DC_T(11); break;
+    case 10: DC_T(10); break;
+    case 9: DC_T(9); break;
+    case 8: DC_T(8); break;
+    case 7: DC_T(7); break;
+    default: DC_SWITCH(R, DC_T)
+    }
+#undef DC_T
+}
 #else
+static void dc_tile8_any(int R, float *acc, const float *in, const int32_t *off, int64_t nk,
+                         const float *w)
+{
+    (void)R, (void)acc, (void)in, (void)off, (void)nk, (void)w; /* never called */
+}
 static void dc_tile_any(int R, float *acc, int64_t ld, const float *in, const int32_t *off,
                         int64_t nk, const float *w)
 {
@@ -318,8 +377,28 @@ static void dc_dw_tile_any(int R, float *dwp, int64_t ld, const float *in, const
 }
 #endif
 
+/* y[j * ld + r] (+)= tile[r * tk + j] (+ bias[j], ReLU) for the R positions
+ * and nkk channels of a register tile (tk channels wide) */
+static void dc_tile_store(float *y, int64_t ld, const float *tile, int tk, int R, int64_t nkk,
+                          const float *bias, int acc, int relu)
+{
+    for (int64_t j = 0; j < nkk; j++, y += ld) {
+        float bj = bias ? bias[j] : 0.0f;
+        if (acc)
+            for (int r = 0; r < R; r++) y[r] += tile[r * tk + j];
+        else if (relu)
+            for (int r = 0; r < R; r++) {
+                float v = tile[r * tk + j] + bj;
+                y[r] = v > 0 ? v : 0;
+            }
+        else
+            for (int r = 0; r < R; r++) y[r] = tile[r * tk + j] + bj;
+    }
+}
+
 /* out (n_out, out dims o[3]) (+)= filters wpk (n_out padded to 16 blocks of
  * (nk, 16)) applied to the padded plane `in` (plane dims p[3]) at stride 1;
+ * (8 wide when n_out <= 8);
  * off: nk plane offsets; bias (n_out) or NULL; acc: 1 adds to out; relu: 1
  * stores max(0, value) (not with acc). */
 static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const float *in,
@@ -328,32 +407,34 @@ static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const flo
 {
     int64_t out_sp = o[0] * o[1] * o[2];
     float tile[DC_TILE_P * DC_TILE_K];
-    for (int64_t k0 = 0; k0 < n_out; k0 += DC_TILE_K) {
-        const float *wb = wpk + k0 * nk;
-        int64_t nkk = n_out - k0 < DC_TILE_K ? n_out - k0 : DC_TILE_K;
-        for (int64_t a = 0; a < o[0]; a++)
-            for (int64_t b = 0; b < o[1]; b++) {
-                const float *row = in + (a * p[1] + b) * p[2];
-                int64_t o_row = (a * o[1] + b) * o[2];
-                for (int64_t e0 = 0; e0 < o[2]; e0 += DC_TILE_P) {
-                    int R = (int)(o[2] - e0 < DC_TILE_P ? o[2] - e0 : DC_TILE_P);
-                    dc_tile_any(R, tile, DC_TILE_K, row + e0, off, nk, wb);
-                    for (int64_t j = 0; j < nkk; j++) {
-                        float *y = out + (k0 + j) * out_sp + o_row + e0;
-                        float bj = bias ? bias[k0 + j] : 0.0f;
-                        if (acc)
-                            for (int r = 0; r < R; r++) y[r] += tile[r * DC_TILE_K + j];
-                        else if (relu)
-                            for (int r = 0; r < R; r++) {
-                                float v = tile[r * DC_TILE_K + j] + bj;
-                                y[r] = v > 0 ? v : 0;
-                            }
+    /* n_out <= 8: the narrow tile (filters packed 8 wide, dc_pack_width) */
+    int narrow = n_out <= 8, tk = narrow ? 8 : DC_TILE_K, tp = narrow ? DC_TILE_P8 : DC_TILE_P;
+    /* Output rows in bands of DC_BAND_ROWS, every channel block over a band
+     * before the next: a band reads kD x (DC_BAND_ROWS + kH - 1) rows of each
+     * input channel, which stay in L1/L2 while the channel blocks take their
+     * turns (channel blocks outermost would stream the whole plane, often
+     * larger than L2 for 3-D convolutions, once per block). */
+    for (int64_t a = 0; a < o[0]; a++)
+        for (int64_t b0 = 0; b0 < o[1]; b0 += DC_BAND_ROWS) {
+            int64_t b1 = b0 + DC_BAND_ROWS < o[1] ? b0 + DC_BAND_ROWS : o[1];
+            for (int64_t k0 = 0; k0 < n_out; k0 += tk) {
+                const float *wb = wpk + k0 * nk;
+                int64_t nkk = n_out - k0 < tk ? n_out - k0 : tk;
+                for (int64_t b = b0; b < b1; b++) {
+                    const float *row = in + (a * p[1] + b) * p[2];
+                    int64_t o_row = (a * o[1] + b) * o[2];
+                    for (int64_t e0 = 0; e0 < o[2]; e0 += tp) {
+                        int R = (int)(o[2] - e0 < tp ? o[2] - e0 : tp);
+                        if (narrow)
+                            dc_tile8_any(R, tile, row + e0, off, nk, wb);
                         else
-                            for (int r = 0; r < R; r++) y[r] = tile[r * DC_TILE_K + j] + bj;
+                            dc_tile_any(R, tile, DC_TILE_K, row + e0, off, nk, wb);
+                        dc_tile_store(out + k0 * out_sp + o_row + e0, out_sp, tile, tk, R, nkk,
+                                      bias ? bias + k0 : NULL, acc, relu);
                     }
                 }
             }
-    }
+        }
 }
 
 /* plane (n_ch, p[3]) interior at lead[3] = src (n_ch, s[3]) packed; the
@@ -764,11 +845,18 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
             /* dyt (positions, kpad) = dy of sample s (K, positions) transposed */
             for (int64_t k = 0; k < g->k; k++)
                 for (int64_t o = 0; o < g->out_sp; o++) dyt[o * g->kpad + k] = dys[k * g->out_sp + o];
-            for (int64_t q0 = 0; q0 < g->nkf; q0 += DC_TILE_P) {
-                int R = (int)(g->nkf - q0 < DC_TILE_P ? g->nkf - q0 : DC_TILE_P);
-                for (int64_t k0 = 0; k0 < g->kpad; k0 += DC_TILE_K)
-                    dc_dw_tile_any(R, dwp + q0 * g->kpad + k0, g->kpad, plane, w->offf + q0,
-                                   w->pos, g->out_sp, dyt + k0);
+            /* positions in chunks whose rows of dyt stay in L2 while every
+             * (c, tap) row block passes over them (all of dyt, 800 KiB for
+             * hybridsn's third conv, would come from L3 each time) */
+            int64_t chunk = DC_DW_CHUNK / g->kpad;
+            for (int64_t o0 = 0; o0 < g->out_sp; o0 += chunk) {
+                int64_t no = g->out_sp - o0 < chunk ? g->out_sp - o0 : chunk;
+                for (int64_t q0 = 0; q0 < g->nkf; q0 += DC_TILE_P) {
+                    int R = (int)(g->nkf - q0 < DC_TILE_P ? g->nkf - q0 : DC_TILE_P);
+                    for (int64_t k0 = 0; k0 < g->kpad; k0 += DC_TILE_K)
+                        dc_dw_tile_any(R, dwp + q0 * g->kpad + k0, g->kpad, plane, w->offf + q0,
+                                       w->pos + o0, no, dyt + o0 * g->kpad + k0);
+                }
             }
         }
     }
@@ -796,24 +884,29 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
 
 static int dc_threads(const dc_geom *g) { return g->slots < 1 ? 1 : g->slots; }
 
-/* wf (kpad/16, nkf, 16): wf[k0][q][j] = w[k0 + j][q], zero past K */
+/* width of the packed filter blocks of dc_conv_plane for n_out channels */
+static int64_t dc_pack_width(int64_t n_out) { return n_out <= 8 ? 8 : 16; }
+
+/* wf (kpad/bw, nkf, bw): wf[k0][q][j] = w[k0 + j][q], zero past K; bw = dc_pack_width(K) */
 static void dc_pack_forward(float *wf, const float *w, const dc_geom *g)
 {
-    for (int64_t k0 = 0; k0 < g->kpad; k0 += 16)
+    int64_t bw = dc_pack_width(g->k);
+    for (int64_t k0 = 0; k0 < g->k; k0 += bw)
         for (int64_t q = 0; q < g->nkf; q++)
-            for (int64_t j = 0; j < 16; j++)
-                wf[(k0 * g->nkf) + q * 16 + j] = k0 + j < g->k ? w[(k0 + j) * g->nkf + q] : 0.0f;
+            for (int64_t j = 0; j < bw; j++)
+                wf[(k0 * g->nkf) + q * bw + j] = k0 + j < g->k ? w[(k0 + j) * g->nkf + q] : 0.0f;
 }
 
-/* wb (cpad/16, nkb, 16): wb[c0][k*taps + t][j] = w[k][c0 + j][taps - 1 - t] (flipped),
- * zero past C */
+/* wb (cpad/bw, nkb, bw): wb[c0][k*taps + t][j] = w[k][c0 + j][taps - 1 - t] (flipped),
+ * zero past C; bw = dc_pack_width(C) */
 static void dc_pack_backward(float *wb, const float *w, const dc_geom *g)
 {
-    for (int64_t c0 = 0; c0 < g->cpad; c0 += 16)
+    int64_t bw = dc_pack_width(g->c);
+    for (int64_t c0 = 0; c0 < g->c; c0 += bw)
         for (int64_t k = 0; k < g->k; k++)
             for (int64_t t = 0; t < g->taps; t++)
-                for (int64_t j = 0; j < 16; j++)
-                    wb[c0 * g->nkb + (k * g->taps + t) * 16 + j] =
+                for (int64_t j = 0; j < bw; j++)
+                    wb[c0 * g->nkb + (k * g->taps + t) * bw + j] =
                         c0 + j < g->c ? w[(k * g->c + c0 + j) * g->taps + g->taps - 1 - t] : 0.0f;
 }
 

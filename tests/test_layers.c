@@ -437,6 +437,37 @@ static void test_conv_vs_definition_f32(void)
     hsi_conv_set_impl(HSI_CONV_IMPL_AUTO);
 }
 
+/* The four convolutions of hybridsn (30 bands, 25x25 patches; 2 samples, so
+ * 2 threads split them) and odd shapes around what its kernels special-case:
+ * the narrow tile (<= 8 output channels, forward and dx), output rows in
+ * bands of 4 (heights that are not multiples of 4), the weight gradient's
+ * position chunks (positions x kpad > 16384 floats, the last chunk short)
+ * and the 2-D pad-0 dx. Every implementation against the definition in
+ * double with the tolerances of run_conv_vs_ref (float inputs; y, dx 1e-4
+ * abs + 1e-4 rel; dw, db 1e-3 abs + 1e-4 rel). */
+static void test_conv_hybridsn_shapes(void)
+{
+    static const conv_case cases[] = {
+        {3, 2, 1, 8, {30, 25, 25}, {7, 3, 3}, {1, 1, 1}, {0, 0, 0}, 1},
+        {3, 2, 8, 16, {24, 23, 23}, {5, 3, 3}, {1, 1, 1}, {0, 0, 0}, 1},
+        {3, 2, 16, 32, {20, 21, 21}, {3, 3, 3}, {1, 1, 1}, {0, 0, 0}, 1},
+        {2, 2, 576, 64, {19, 19}, {3, 3}, {1, 1}, {0, 0}, 1},
+        {3, 3, 5, 7, {9, 11, 13}, {3, 3, 3}, {1, 1, 1}, {0, 0, 0}, 1}, /* narrow, dx narrow */
+        {3, 2, 3, 5, {6, 30, 31}, {3, 2, 3}, {1, 1, 1}, {1, 0, 2}, 0},  /* dw chunks, pads */
+        {2, 3, 9, 12, {14, 27}, {3, 3}, {1, 1}, {0, 0}, 1},             /* pad-0 2-D dx */
+        {2, 2, 8, 3, {13, 9}, {5, 3}, {1, 1}, {2, 0}, 1},               /* narrow 2-D */
+    };
+    static const hsi_conv_impl impls[3] = {HSI_CONV_IMPL_AUTO, HSI_CONV_IMPL_DIRECT,
+                                           HSI_CONV_IMPL_GEMM};
+    char *saved = hsi_test_threads_set("2");
+    for (int impl = 0; impl < 3; impl++) {
+        hsi_conv_set_impl(impls[impl]);
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_conv_vs_ref(&cases[i], 1);
+    }
+    hsi_conv_set_impl(HSI_CONV_IMPL_AUTO);
+    hsi_test_threads_restore(saved);
+}
+
 /* The same cases with the batch split between 1 and 3 threads (BLAS
  * HSI_THREADS, which sizes the workspace slots), both implementations: 1 runs the
  * samples on the caller, 3 splits 2, 3, 20 and 40 samples unevenly and sums
@@ -1064,6 +1095,7 @@ HSI_SUITE(layers_conv, 0, {"dims and errors", test_conv_dims},
           {"f64 vs direct definition", test_conv_vs_definition_f64},
           {"f32 vs direct definition", test_conv_vs_definition_f32},
           {"1 and 3 threads vs direct definition", test_conv_threads},
+          {"hybridsn shapes, every implementation vs definition", test_conv_hybridsn_shapes},
           {"finite differences", test_conv_gradcheck}, {"PyTorch fixtures", test_conv_pytorch})
 HSI_SUITE(layers_pool, 0, {"vs definition (f32, f64)", test_pool_vs_definition},
           {"finite differences", test_pool_gradcheck}, {"PyTorch fixtures", test_pool_pytorch},
