@@ -1,109 +1,19 @@
 /* cmd_convert.c — `hsi convert IN OUT`: any readable cube to ENVI (any
  * interleave, dtype, byte order, band subset) or, when OUT ends in .tif, to
- * GeoTIFF. Streams line tiles, so memory stays bounded whatever the size. */
+ * GeoTIFF (io/convert.h does the work). */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "cli.h"
-#include "io/cube.h"
-#include "io/envi.h"
-#include "io/gdal_io.h"
+#include "core/dist.h"
+#include "io/convert.h"
 #include "kernels/bands.h"
 
 static int ends_with(const char *s, const char *suf)
 {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && strcasecmp(s + a - b, suf) == 0;
-}
-
-/* Copies lines [y0, y0+n) of the selected bands into tile (n_sel, n, S). */
-static hsi_status fill_tile(hsi_view *tile, const hsi_view *cube, const int64_t *sel,
-                            int64_t n_sel, int64_t y0, int64_t n)
-{
-    hsi_status st = HSI_OK;
-    for (int64_t k = 0; k < n_sel && st == HSI_OK; k++) {
-        hsi_view src, dst, srcl, dstl;
-        st = hsi_view_index(&src, cube, 0, sel[k]); /* (L, S) */
-        if (st != HSI_OK) break;
-        st = hsi_view_slice(&srcl, &src, 0, y0, y0 + n, 1);
-        if (st == HSI_OK) {
-            st = hsi_view_index(&dst, tile, 0, k);
-            if (st == HSI_OK) {
-                st = hsi_view_slice(&dstl, &dst, 0, 0, n, 1);
-                if (st == HSI_OK) {
-                    st = hsi_view_copy(&dstl, &srcl);
-                    hsi_view_release(&dstl);
-                }
-                hsi_view_release(&dst);
-            }
-            hsi_view_release(&srcl);
-        }
-        hsi_view_release(&src);
-    }
-    return st;
-}
-
-static hsi_status convert_envi(const char *out, const hsi_cube *c, const int64_t *sel,
-                               int64_t n_sel, const hsi_envi_write_options *o)
-{
-    hsi_status st = HSI_OK;
-    hsi_meta m;
-    hsi_envi_writer *w = NULL;
-    hsi_view tile;
-    memset(&tile, 0, sizeof tile);
-    const int64_t L = c->view.shape[1], S = c->view.shape[2];
-    HSI_TRY(hsi_meta_copy(&m, &c->meta));
-    HSI_TRY(hsi_meta_select_bands(&m, sel, n_sel));
-    /* tiles of about 32 MiB */
-    int64_t row = n_sel * S * (int64_t)hsi_dtype_size(c->view.dtype);
-    int64_t TL = row > 0 ? (32 << 20) / row : 1;
-    if (TL < 1) TL = 1;
-    if (TL > L) TL = L;
-    int64_t shape[3] = {n_sel, TL, S};
-    HSI_TRY(hsi_view_alloc(&tile, c->view.dtype, 3, shape, HSI_BUF_HOST));
-    HSI_TRY(hsi_envi_writer_open(&w, out, &m, n_sel, L, S, o));
-    hsi_progress pr;
-    hsi_progress_begin(&pr, "convert", L);
-    for (int64_t y0 = 0; y0 < L; y0 += TL) {
-        int64_t n = y0 + TL <= L ? TL : L - y0;
-        hsi_view part;
-        HSI_TRY(hsi_view_slice(&part, &tile, 1, 0, n, 1));
-        st = fill_tile(&part, &c->view, sel, n_sel, y0, n);
-        if (st == HSI_OK) st = hsi_envi_writer_write(w, &part);
-        hsi_view_release(&part);
-        if (st != HSI_OK) goto cleanup;
-        hsi_progress_update(&pr, y0 + n);
-    }
-    hsi_progress_end(&pr);
-    st = hsi_envi_writer_finish(w);
-    w = NULL;
-cleanup:
-    if (w) hsi_envi_writer_abort(w);
-    hsi_view_release(&tile);
-    hsi_meta_free(&m);
-    return st;
-}
-
-static hsi_status convert_tif(const char *out, const hsi_cube *c, const int64_t *sel,
-                              int64_t n_sel, hsi_dtype dt, const char *const *co)
-{
-    hsi_status st = HSI_OK;
-    hsi_view all;
-    hsi_meta m;
-    memset(&all, 0, sizeof all);
-    hsi_meta_init(&m);
-    const int64_t L = c->view.shape[1], S = c->view.shape[2];
-    int64_t shape[3] = {n_sel, L, S};
-    HSI_TRY(hsi_meta_copy(&m, &c->meta));
-    HSI_TRY(hsi_meta_select_bands(&m, sel, n_sel));
-    HSI_TRY(hsi_view_alloc(&all, c->view.dtype, 3, shape, HSI_BUF_HOST));
-    HSI_TRY(fill_tile(&all, &c->view, sel, n_sel, 0, L));
-    st = hsi_gdal_write_geotiff_co(out, &all, &m, dt, co);
-cleanup:
-    hsi_view_release(&all);
-    hsi_meta_free(&m);
-    return st;
 }
 
 static int convert_run(int argc, char **argv)
@@ -182,11 +92,14 @@ static int convert_run(int argc, char **argv)
             for (int64_t b = 0; sel && b < n_sel; b++) sel[b] = b;
         }
     }
-    if (st == HSI_OK)
-        st = tif ? convert_tif(out, &c, sel, n_sel, o.dtype, co) : convert_envi(out, &c, sel, n_sel, &o);
+    /* under mpirun: every rank copies its share of the lines into the ENVI
+     * output; GDAL writes a GeoTIFF on rank 0 while the others wait */
+    if (st == HSI_OK && !tif) st = hsi_convert_envi(out, &c, sel, n_sel, &o, 1, 1);
+    if (st == HSI_OK && tif && hsi_dist_rank() == 0) st = hsi_convert_geotiff(out, &c, sel, n_sel, o.dtype, co);
+    if (st == HSI_OK && tif) st = hsi_dist_barrier();
     int rc = HSI_EXIT_OK;
     if (st != HSI_OK) rc = hsi_cli_fail("convert", st);
-    else
+    else if (hsi_dist_rank() == 0)
         fprintf(stderr, "wrote %s: %lld bands x %lld lines x %lld samples\n", out, (long long)n_sel,
                 (long long)c.view.shape[1], (long long)c.view.shape[2]);
     free(sel);
@@ -204,6 +117,8 @@ HSI_CLI_COMMAND(convert, {"convert", "convert a cube to ENVI (any layout/type) o
                           "it ends in .hdr (data file beside it without the .hdr), GeoTIFF when\n"
                           "it ends in .tif (georeferenced from map info / coordinate system).\n"
                           "Lines are streamed in tiles; the output appears only when complete.\n"
+                          "Under mpirun -np N each rank copies its share of the lines into the one\n"
+                          "ENVI output (a GeoTIFF is written by rank 0).\n"
                           "An existing OUT is replaced only with --overwrite, never when it is IN.\n"
                           "\n"
                           "  --interleave   output interleave (default: the input's)\n"

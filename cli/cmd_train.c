@@ -427,15 +427,16 @@ static int predict_run(int argc, char **argv)
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    hsi_predict_opts po = {.batch = batch, .progress_label = verbose ? "predict" : NULL};
+    /* under mpirun every rank classifies its share of the tiles; rank 0 writes */
+    hsi_predict_opts po = {.batch = batch, .progress_label = verbose ? "predict" : NULL, .across_ranks = 1};
     HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
-    HSI_TRY(hsi_run_write_map(&run, pos[2], map, L, S, &cube.meta));
+    if (hsi_dist_rank() == 0) HSI_TRY(hsi_run_write_map(&run, pos[2], map, L, S, &cube.meta));
 cleanup:
     free(map);
     hsi_cube_free(&cube);
     hsi_run_free(&run);
     if (st != HSI_OK) return hsi_cli_fail("predict", st);
-    printf("wrote %s\n", pos[2]);
+    if (hsi_dist_rank() == 0) printf("wrote %s\n", pos[2]);
     return HSI_EXIT_OK;
 }
 
@@ -445,7 +446,9 @@ HSI_CLI_COMMAND(predict, {"predict", "classify every pixel of a cube with a trai
                           "DIR is an `hsi train` output directory. The cube is preprocessed with\n"
                           "the fitted pipeline and classified in line tiles (memory holds one\n"
                           "tile of the preprocessed cube). OUT: .hdr (ENVI classification), .tif\n"
-                          "(GeoTIFF with colour table) or .png (picture with legend).\n",
+                          "(GeoTIFF with colour table) or .png (picture with legend). Under\n"
+                          "mpirun -np N each rank classifies its share of the tiles (the same map\n"
+                          "as one process); rank 0 writes it.\n",
                           predict_run})
 
 static int eval_run(int argc, char **argv)
@@ -510,8 +513,9 @@ static int eval_run(int argc, char **argv)
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    hsi_predict_opts po = {.batch = batch, .progress_label = "predict"};
+    hsi_predict_opts po = {.batch = batch, .progress_label = "predict", .across_ranks = 1};
     HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
+    if (hsi_dist_rank() != 0) goto cleanup; /* rank 0 scores and prints */
     HSI_TRY(hsi_run_evaluate(&run, &mt, map, &lab.map, on, &unknown));
     have_mt = 1;
     if (unknown)
@@ -552,7 +556,8 @@ HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
                        "                [--batch N]\n"
                        "\n"
                        "Predicts the scene and prints OA, AA, kappa, per-class recall,\n"
-                       "precision, F1 and the confusion matrix.\n"
+                       "precision, F1 and the confusion matrix (under mpirun -np N the ranks\n"
+                       "share the prediction's tiles; rank 0 scores and prints).\n"
                        "  --on test  (default) only the pixels the training split held out for\n"
                        "             testing (DIR/split.hdr): the honest figure, equal to\n"
                        "             DIR/metrics.json on the training scene\n"

@@ -178,13 +178,16 @@ static void close_stdout(void)
 
 /* Commands that divide the work between the ranks themselves (every
  * rank runs them under mpirun): training, `hsi bench dist`, and one cube's
- * stats and preprocess (each rank reads its share of the lines; rank 0
- * prints and writes). */
+ * stats, preprocess, convert, predict and eval (each rank reads, copies or
+ * classifies its share of the lines; rank 0 prints, and writes what is not
+ * written in place by every rank). */
 static int is_dist_cmd(const hsi_cli_cmd *c, int argc, char **argv)
 {
-    return !strcmp(c->name, "train") || !strcmp(c->name, "profile") || !strcmp(c->name, "stats") ||
-           !strcmp(c->name, "preprocess") ||
-           (!strcmp(c->name, "bench") && argc > 1 && !strcmp(argv[1], "dist"));
+    static const char *const names[] = {"train", "profile", "stats", "preprocess", "convert",
+                                        "predict", "eval", NULL};
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(c->name, names[i])) return 1;
+    return !strcmp(c->name, "bench") && argc > 1 && !strcmp(argv[1], "dist");
 }
 
 /* A command under mpirun with several ranks: every rank runs a dist one;

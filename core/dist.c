@@ -64,6 +64,20 @@ void hsi_dist_tree_local_f64(double *parts, int64_t n_parts, int64_t count)
     tree_rows(parts, n_parts, count);
 }
 
+/* Each rank's part broadcast from it in turn: N broadcasts carry what one
+ * allgather would, with counts past 2^31 (hsi_dist_bcast chunks). */
+hsi_status hsi_dist_share_parts(void *buf, const int64_t *offsets)
+{
+    const int N = hsi_dist_size();
+    for (int r = 0; r < N; r++) {
+        if (offsets[r + 1] < offsets[r])
+            return HSI_FAIL(HSI_ERR_ARG, "share parts: rank %d's part ends before it starts", r);
+        hsi_status st = hsi_dist_bcast((char *)buf + offsets[r], (size_t)(offsets[r + 1] - offsets[r]), r);
+        if (st != HSI_OK) return st;
+    }
+    return HSI_OK;
+}
+
 /* The tree over this process's parts alone (one rank): into out. */
 static hsi_status tree_sum_here(double *out, const double *parts, int64_t n_parts, int64_t count)
 {

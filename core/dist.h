@@ -87,6 +87,11 @@ void hsi_dist_tree_local_f64(double *parts, int64_t n_parts, int64_t count);
  * size rank by rank. Other ranks get NULLs. */
 hsi_status hsi_dist_gather_bytes(char **out, int64_t **sizes, const void *mine, int64_t n, int root);
 
+/* In place: rank r holds bytes [offsets[r], offsets[r+1]) of buf (offsets:
+ * size + 1 entries, the same on every rank); afterwards every rank holds
+ * every part. One rank: nothing to do. */
+hsi_status hsi_dist_share_parts(void *buf, const int64_t *offsets);
+
 /* Waits for every rank. The wait sleeps between polls (MPI_Ibarrier +
  * MPI_Test every 0.2 ms), so ranks waiting for rank 0 to write files
  * leave the cores to it. */

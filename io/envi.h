@@ -123,6 +123,18 @@ hsi_status hsi_envi_writer_attach(hsi_envi_writer **w, const char *data_temp, co
 hsi_status hsi_envi_writer_write_at(hsi_envi_writer *w, int64_t line0, const hsi_view *lines);
 void hsi_envi_writer_lines_elsewhere(hsi_envi_writer *w, int64_t n_lines);
 
+/* One output made by the ranks of this job (core/dist.h; every rank calls
+ * it) or, across_ranks 0 or one rank, by this process: each produces its
+ * share of the lines, [n_lines * rank / size, n_lines * (rank + 1) / size),
+ * by calling produce, which writes them with hsi_envi_writer_write_at
+ * (line numbers of the whole output). Rank 0 opens and sizes the output
+ * and renames the pair into place once every rank has flushed its lines;
+ * nothing is at hdr_path before. */
+typedef hsi_status (*hsi_envi_produce_fn)(void *ctx, hsi_envi_writer *w, int64_t y0, int64_t y1);
+hsi_status hsi_envi_write_shared(const char *hdr_path, const hsi_meta *meta, int64_t n_bands,
+                                 int64_t n_lines, int64_t n_samples, const hsi_envi_write_options *o,
+                                 int across_ranks, hsi_envi_produce_fn produce, void *ctx);
+
 /* Whole-view convenience on top of the streaming writer (tile by tile). */
 hsi_status hsi_envi_write(const char *hdr_path, const hsi_view *cube, const hsi_meta *meta,
                           const hsi_envi_write_options *o);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "envi.h"
+#include "core/dist.h"
 
 #define TILE_BYTES ((int64_t)8 << 20) /* target bytes per converted tile */
 
@@ -651,5 +652,45 @@ cleanup:
     hsi_progress_end(&pr);
     hsi_envi_writer_abort(w);
     if (have_tmp) hsi_meta_free(&tmp);
+    return st;
+}
+
+/* Process r of N produces lines [L*r/N, L*(r+1)/N): process 0 opens and
+ * sizes the output and hands the others its temporary data file, each
+ * writes its lines where they go, and once all have flushed (a barrier)
+ * process 0 renames the pair into place. One process: no communication. */
+hsi_status hsi_envi_write_shared(const char *hdr_path, const hsi_meta *meta, int64_t n_bands,
+                                 int64_t n_lines, int64_t n_samples, const hsi_envi_write_options *o,
+                                 int across_ranks, hsi_envi_produce_fn produce, void *ctx)
+{
+    hsi_status st = HSI_OK;
+    hsi_envi_writer *w = NULL;
+    char tmp[4096] = "";
+    const int r = across_ranks ? hsi_dist_rank() : 0, N = across_ranks ? hsi_dist_size() : 1;
+    const int64_t L = n_lines;
+    hsi_status opened = HSI_OK;
+    if (r == 0) {
+        opened = hsi_envi_writer_open(&w, hdr_path, meta, n_bands, L, n_samples, o);
+        if (opened == HSI_OK) snprintf(tmp, sizeof tmp, "%s", hsi_envi_writer_data_temp(w));
+    }
+    if (N > 1) HSI_TRY(hsi_dist_bcast(tmp, sizeof tmp, 0));
+    if (opened != HSI_OK) return opened;
+    if (!tmp[0]) return HSI_FAIL(HSI_ERR_IO, "%s: rank 0 could not open the output", hdr_path);
+    if (r != 0) HSI_TRY(hsi_envi_writer_attach(&w, tmp, hdr_path, n_bands, L, n_samples, o));
+    int64_t y0 = L * r / N, y1 = L * (r + 1) / N;
+    if (y1 > y0) HSI_TRY(produce(ctx, w, y0, y1));
+    if (r != 0) { /* on disk before rank 0 commits */
+        st = hsi_envi_writer_finish(w);
+        w = NULL;
+        if (st != HSI_OK) goto cleanup;
+    }
+    if (N > 1) HSI_TRY(hsi_dist_barrier());
+    if (r == 0) {
+        hsi_envi_writer_lines_elsewhere(w, L - (y1 - y0));
+        st = hsi_envi_writer_finish(w);
+        w = NULL;
+    }
+cleanup:
+    if (w) hsi_envi_writer_abort(w);
     return st;
 }

@@ -245,82 +245,61 @@ cleanup:
     return st;
 }
 
-/* Process r of N projects lines [L*r/N, L*(r+1)/N) into the one output:
- * process 0 opens and sizes it and hands the others its temporary data
- * file, each writes its lines where they go, and once all have flushed
- * (a barrier) process 0 renames the pair into place. N = 1: one process,
- * no communication. */
+typedef struct share_job {
+    const hsi_prep *p;
+    const hsi_view *cube;
+    hsi_interleave il;
+    int64_t tile_lines;
+    int n_threads, show_progress;
+} share_job;
+
+/* Projects lines [y0, y1) of the cube into their place in the output. */
+static hsi_status project_share(void *ctx, hsi_envi_writer *w, int64_t y0, int64_t y1)
+{
+    const share_job *j = ctx;
+    hsi_status st = HSI_OK;
+    hsi_view share;
+    HSI_TRY(hsi_view_slice(&share, j->cube, 1, y0, y1, 1));
+    share_sink sh = {w, y0};
+    hsi_fused_opts fo = {.pixel_major = j->il == HSI_BIP,
+                         .tile_lines = j->tile_lines,
+                         .n_threads = j->n_threads,
+                         .progress_label = j->show_progress ? (j->p->has_pca ? "project" : "normalise") : NULL,
+                         .sink = sink_share,
+                         .sink_ctx = &sh};
+    st = hsi_fused_run(NULL, &share, &j->p->norm, j->p->has_pca ? &j->p->pca : NULL, &fo);
+    hsi_view_release(&share);
+cleanup:
+    return st;
+}
+
 static hsi_status write_share(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
                               const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines, int n_threads,
-                              int r, int N)
+                              int across_ranks)
 {
-    hsi_status st = HSI_OK;
+    hsi_status st = hsi_prep_check(p, cube, out_hdr);
+    if (st != HSI_OK) return st;
     hsi_envi_write_options wo;
-    hsi_envi_writer *w = NULL;
-    hsi_view share;
-    char tmp[4096] = "";
-    memset(&share, 0, sizeof share);
-    HSI_TRY(hsi_prep_check(p, cube, out_hdr));
     hsi_envi_write_options_init(&wo);
     wo.interleave = il;
     wo.dtype = HSI_F32;
-    const int64_t no = hsi_prep_n_out(p), L = cube->shape[1], S = cube->shape[2];
-    hsi_status opened = HSI_OK;
-    if (r == 0) {
-        opened = hsi_envi_writer_open(&w, out_hdr, out_meta, no, L, S, &wo);
-        if (opened == HSI_OK) snprintf(tmp, sizeof tmp, "%s", hsi_envi_writer_data_temp(w));
-    }
-    if (N > 1) HSI_TRY(hsi_dist_bcast(tmp, sizeof tmp, 0));
-    if (opened != HSI_OK) {
-        st = opened;
-        goto cleanup;
-    }
-    if (!tmp[0]) {
-        st = HSI_FAIL(HSI_ERR_IO, "%s: rank 0 could not open the output", out_hdr);
-        goto cleanup;
-    }
-    if (r != 0) HSI_TRY(hsi_envi_writer_attach(&w, tmp, out_hdr, no, L, S, &wo));
-    int64_t y0 = L * r / N, y1 = L * (r + 1) / N;
-    if (y1 > y0) {
-        share_sink sh = {w, y0};
-        HSI_TRY(hsi_view_slice(&share, cube, 1, y0, y1, 1));
-        hsi_fused_opts fo = {.pixel_major = il == HSI_BIP,
-                             .tile_lines = tile_lines,
-                             .n_threads = n_threads,
-                             .progress_label = r == 0 ? (p->has_pca ? "project" : "normalise") : NULL,
-                             .sink = sink_share,
-                             .sink_ctx = &sh};
-        HSI_TRY(hsi_fused_run(NULL, &share, &p->norm, p->has_pca ? &p->pca : NULL, &fo));
-    }
-    if (r != 0) { /* on disk before rank 0 commits */
-        st = hsi_envi_writer_finish(w);
-        w = NULL;
-        if (st != HSI_OK) goto cleanup;
-    }
-    if (N > 1) HSI_TRY(hsi_dist_barrier());
-    if (r == 0) {
-        hsi_envi_writer_lines_elsewhere(w, L - (y1 - y0));
-        st = hsi_envi_writer_finish(w);
-        w = NULL;
-    }
-cleanup:
-    hsi_view_release(&share);
-    if (w) hsi_envi_writer_abort(w);
-    return st;
+    share_job j = {p, cube, il, tile_lines, n_threads, !across_ranks || hsi_dist_rank() == 0};
+    return hsi_envi_write_shared(out_hdr, out_meta, hsi_prep_n_out(p), cube->shape[1], cube->shape[2], &wo,
+                                 across_ranks, project_share, &j);
 }
 
 hsi_status hsi_prep_write_envi(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
                                const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
                                int n_threads)
 {
-    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 0, 1);
+    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 0);
 }
 
 hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
                                     const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
                                     int n_threads)
 {
-    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, hsi_dist_rank(), hsi_dist_size());
+    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 1);
 }
 
 static const char *const drop_keys[] = {"data gain values",          "data offset values",

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/dist.h"
 #include "io/envi.h"
 #include "io/gdal_io.h"
 #include "io/labels.h"
@@ -109,6 +110,12 @@ hsi_status hsi_run_classify_loss(const hsi_run *r, int32_t *pred, const hsi_patc
     return st;
 }
 
+/* The first line of tile t (L past the last). */
+static int64_t tile_line(int64_t t, int64_t T, int64_t L)
+{
+    return t * T < L ? t * T : L;
+}
+
 /* Line tiles with a halo of patch / 2 lines: memory holds one tile of the
  * preprocessed cube, never the whole. */
 hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
@@ -129,6 +136,11 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
         return HSI_FAIL(HSI_ERR_ARG, "predict: the features given are not (%d, %lld, %lld)",
                         r->n_features, (long long)L, (long long)S);
     const int rad = r->patch / 2;
+    /* under mpirun: this rank's run of whole tiles (the tiles of one
+     * process, so the same pixels in the same batches) */
+    const int N = o.across_ranks ? hsi_dist_size() : 1, rk = o.across_ranks ? hsi_dist_rank() : 0;
+    const int64_t n_tiles = (L + T - 1) / T;
+    const int64_t y_begin = tile_line(n_tiles * rk / N, T, L), y_end = tile_line(n_tiles * (rk + 1) / N, T, L);
     pix = malloc((size_t)(T * S) * sizeof *pix);
     pred = malloc((size_t)(T * S) * sizeof *pred);
     if (!pix || !pred) {
@@ -137,9 +149,9 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
     }
     HSI_TRY(hsi_graph_new(&g));
     hsi_progress pr;
-    hsi_progress_begin(&pr, o.progress_label ? o.progress_label : "predict", L);
-    if (!o.progress_label) pr.active = 0;
-    for (int64_t y0 = 0; y0 < L; y0 += T) {
+    hsi_progress_begin(&pr, o.progress_label ? o.progress_label : "predict", y_end - y_begin);
+    if (!o.progress_label || rk != 0) pr.active = 0;
+    for (int64_t y0 = y_begin; y0 < y_end; y0 += T) {
         int64_t n = y0 + T <= L ? T : L - y0;
         int64_t a = y0 - rad < 0 ? 0 : y0 - rad, b = y0 + n + rad > L ? L : y0 + n + rad;
         hsi_view crop, fc;
@@ -162,9 +174,19 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
         hsi_patcher_free(&pt);
         if (st != HSI_OK) goto cleanup;
         for (int64_t i = 0; i < n * S; i++) map[y0 * S + i] = (int32_t)r->label_ids[pred[i]];
-        hsi_progress_update(&pr, y0 + n);
+        hsi_progress_update(&pr, y0 + n - y_begin);
     }
     hsi_progress_end(&pr);
+    if (N > 1) { /* every rank's lines to every rank */
+        int64_t *off = malloc((size_t)(N + 1) * sizeof *off);
+        if (!off) {
+            st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        for (int q = 0; q <= N; q++) off[q] = tile_line(n_tiles * q / N, T, L) * S * (int64_t)sizeof *map;
+        st = hsi_dist_share_parts(map, off);
+        free(off);
+    }
 cleanup:
     hsi_graph_free(g);
     free(pix);

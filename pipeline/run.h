@@ -73,6 +73,10 @@ typedef struct hsi_predict_opts {
     const hsi_view *features;  /* optional: the whole preprocessed (n_features, lines, samples)
                                   float32 cube when the caller has it; tiles are cut from it
                                   instead of running the fused pass again */
+    int across_ranks;          /* under mpirun (core/dist.h; every rank calls it): each
+                                  rank classifies its run of the tiles and every rank
+                                  gets the whole map, the bits of one process; a rank
+                                  that fails leaves the others waiting: end the job */
 } hsi_predict_opts;
 
 /* Predicts every pixel of cube ((band, line, sample), any view hsi can

@@ -1,6 +1,6 @@
-/* test_dist_split.c — one cube's `hsi stats` and `hsi preprocess` under
- * mpirun -np 1..4 (each rank reads its share of the lines, partials
- * combined across ranks): stdout and the output files byte-identical to
+/* test_dist_split.c — one cube's `hsi stats`, `preprocess`, `convert`,
+ * `predict` and `eval` under mpirun -np 1..4 (each rank reads, copies or
+ * classifies its share of the lines, partials combined across ranks): stdout and the output files byte-identical to
  * the same command in one process, on the sample scene and on a 3-line
  * cube (more ranks than chunks of lines), and over several cubes (dealt to
  * the ranks, each in one process). Active in MPI builds with
@@ -103,5 +103,77 @@ static void test_preprocess_split(void)
     check_preprocess("data_samples/scene.hdr", "--normalize global-minmax --interleave bip", "g");
 }
 
+static void check_convert(const char *cube, const char *opts, const char *ext, const char *tag)
+{
+    char ref[4096], got[4096], a[4096], b[4096];
+    snprintf(ref, sizeof ref, "%s/split_conv_%s_ref%s", hsi_test_tmpdir(), tag, ext);
+    int rc = hsi_test_run(out, sizeof out, HSI_BIN " convert %s %s %s", cube, ref, opts);
+    if (rc) fprintf(stderr, "\n%s", out);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    for (int np = 1; np <= 4; np++) {
+        snprintf(got, sizeof got, "%s/split_conv_%s_%d%s", hsi_test_tmpdir(), tag, np, ext);
+        rc = hsi_test_run(out, sizeof out, SPLIT_MPIRUN HSI_BIN " convert %s %s %s", np, cube, got, opts);
+        if (rc) fprintf(stderr, "\n%s", out);
+        CU_ASSERT_EQUAL(rc, 0);
+        CU_ASSERT(same(ref, got));
+        if (strcmp(ext, ".hdr")) continue;
+        snprintf(a, sizeof a, "%.*s", (int)(strlen(ref) - 4), ref);
+        snprintf(b, sizeof b, "%.*s", (int)(strlen(got) - 4), got);
+        CU_ASSERT(same(a, b));
+    }
+}
+
+static void test_convert_split(void)
+{
+    check_convert("data_samples/scene.hdr", "--interleave bip --dtype float32 --byte-order big --bands 3-40,90",
+                  ".hdr", "bip");
+    check_convert("data_samples/scene.hdr", "--interleave bsq", ".hdr", "bsq");
+    check_convert(tiny_cube(), "--interleave bip", ".hdr", "tiny");
+    check_convert("data_samples/scene.hdr", "--bands 1-8", ".tif", "tif"); /* rank 0 writes */
+}
+
+/* A model trained in one process, then `hsi predict` (map files) and `hsi
+ * eval` (stdout) under mpirun: the scene's 96 lines are 2 tiles of 64, so
+ * np 3 and 4 leave ranks without a tile. */
+static void test_predict_split(void)
+{
+    char run[4096], ref[4096], got[4096], a[4096], b[4096];
+    snprintf(run, sizeof run, "%s", hsi_test_tmp("split_run"));
+    int rc = hsi_test_run(out, sizeof out,
+                          HSI_BIN " train data_samples/scene.hdr data_samples/scene_gt.hdr --out %s --epochs 1 "
+                                  "--train 0.05 --seed 3 --quiet --overwrite",
+                          run);
+    if (rc) fprintf(stderr, "\n%s", out);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    snprintf(ref, sizeof ref, "%s/split_pred_ref.hdr", hsi_test_tmpdir());
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " predict %s data_samples/scene.hdr %s --quiet",
+                                       run, ref), 0);
+    char eref[4096], egot[4096];
+    snprintf(eref, sizeof eref, "%s", hsi_test_tmp("split_eval_ref.json"));
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out,
+                                       "(" HSI_BIN " eval %s data_samples/scene.hdr data_samples/scene_gt.hdr "
+                                       "--json > %s)", run, eref), 0);
+    for (int np = 1; np <= 4; np++) {
+        snprintf(got, sizeof got, "%s/split_pred_%d.hdr", hsi_test_tmpdir(), np);
+        rc = hsi_test_run(out, sizeof out, SPLIT_MPIRUN HSI_BIN " predict %s data_samples/scene.hdr %s --quiet", np,
+                          run, got);
+        if (rc) fprintf(stderr, "\n%s", out);
+        CU_ASSERT_EQUAL(rc, 0);
+        CU_ASSERT(same(ref, got));
+        snprintf(a, sizeof a, "%.*s", (int)(strlen(ref) - 4), ref);
+        snprintf(b, sizeof b, "%.*s", (int)(strlen(got) - 4), got);
+        CU_ASSERT(same(a, b));
+        snprintf(egot, sizeof egot, "%s/split_eval_%d.json", hsi_test_tmpdir(), np);
+        rc = hsi_test_run(out, sizeof out,
+                          "(" SPLIT_MPIRUN HSI_BIN " eval %s data_samples/scene.hdr data_samples/scene_gt.hdr "
+                          "--json > %s)", np, run, egot);
+        if (rc) fprintf(stderr, "\n%s", out);
+        CU_ASSERT_EQUAL(rc, 0);
+        CU_ASSERT(same(eref, egot));
+    }
+}
+
 HSI_SUITE(dist_split, HSI_SUITE_NEEDS_MPI, {"stats under mpirun -np 1..4 == one process", test_stats_split},
-          {"preprocess under mpirun -np 1..4 == one process, bytes", test_preprocess_split})
+          {"preprocess under mpirun -np 1..4 == one process, bytes", test_preprocess_split},
+          {"convert under mpirun -np 1..4 == one process, bytes", test_convert_split},
+          {"predict and eval under mpirun -np 1..4 == one process", test_predict_split})
