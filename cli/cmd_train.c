@@ -73,6 +73,22 @@ static const char train_usage[] =
     "  --resume            continue from DIR/train_state.safetensors\n"
     "  --overwrite         replace a run already in DIR (refused otherwise)\n"
     "  --quiet             no progress lines\n"
+    "memory:\n"
+    "  --mem-limit SIZE    memory for the preprocessed features, SIZE in bytes or\n"
+    "                      with K, M, G or T (powers of 1024: 512M, 2G). They take\n"
+    "                      features x lines x samples x 4 bytes; above SIZE they are\n"
+    "                      streamed: written pixel-interleaved to a temporary file\n"
+    "                      in DIR (its name removed at once: the space is freed when\n"
+    "                      the job ends, however it ends), mapped read-only, and\n"
+    "                      read through the page cache by the patches, validation\n"
+    "                      and the map; their pages are given back whenever the\n"
+    "                      process holds SIZE / 4 of mapped files (so are those of\n"
+    "                      a mapped raw cube bigger than SIZE). The results are the\n"
+    "                      same bits. Not counted: a .mat or GeoTIFF cube, read\n"
+    "                      whole into memory (hsi convert it to ENVI first), about\n"
+    "                      20 bytes per labelled pixel (split lists, the map),\n"
+    "                      the pass's tiles (kept within SIZE / 8), the model and\n"
+    "                      the loader's batches. Default: no limit\n"
     "several ranks (mpirun -np N hsi train ..., a build with make MPI=1):\n"
     "  data-parallel: --batch is the global batch, split in N equal slices;\n"
     "  rank 0's weights go to all ranks, gradients are summed in buckets while\n"
@@ -90,6 +106,35 @@ static const char train_usage[] =
     "                      (50; 0 = never)\n"
     "  --ddp               the data-parallel path on one process too (the reference\n"
     "                      for N ranks: same sampler, dropout and augmentation draws)\n";
+
+/* --mem-limit SIZE: bytes, or a number with K, M, G or T (powers of 1024;
+ * "1.5G" too). 1 when parsed, else a usage error has been printed. */
+static int parse_size(const char *cmd, const char *opt, const char *s, int64_t *out)
+{
+    char *end = NULL;
+    double v = s ? strtod(s, &end) : 0;
+    double mul = 1;
+    if (end && end != s && *end) {
+        switch (*end) {
+        case 'k': case 'K': mul = 1024.0; break;
+        case 'm': case 'M': mul = 1024.0 * 1024; break;
+        case 'g': case 'G': mul = 1024.0 * 1024 * 1024; break;
+        case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; break;
+        default: mul = 0;
+        }
+        end++;
+        if (mul && (*end == 'i' || *end == 'I')) end++; /* 2Gi, 2GiB */
+        if (mul && (*end == 'b' || *end == 'B')) end++;
+    }
+    if (!s || !end || end == s || *end || mul == 0 || !(v * mul >= 1) || v * mul > 9.0e18) {
+        hsi_cli_usage_error(cmd, "%s expects a size of at least 1 byte: a number with an optional "
+                                 "K, M, G or T suffix (powers of 1024), e.g. 512M or 2G; got '%s'",
+                            opt, s ? s : "");
+        return 0;
+    }
+    *out = (int64_t)(v * mul);
+    return 1;
+}
 
 static int parse_train_args(hsi_train_config *c, int argc, char **argv, const char *cmd,
                             const char **out, int *list, int *quiet)
@@ -211,6 +256,10 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
         } else if (hsi_cli_opt(argc, argv, &i, "--hash-every", &v)) {
             if (!hsi_cli_parse_int(cmd, "--hash-every", v, 0, 1 << 30, &k)) return HSI_EXIT_USAGE;
             c->hash_every = k == 0 ? -1 : (int)k;
+        }
+        else if (hsi_cli_opt(argc, argv, &i, "--mem-limit", &v)) {
+            NEED("--mem-limit");
+            if (!parse_size(cmd, "--mem-limit", v, &c->mem_limit)) return HSI_EXIT_USAGE;
         }
         else if (!strcmp(argv[i], "--resume")) c->resume = 1;
         else if (!strcmp(argv[i], "--overwrite")) c->overwrite = 1;

@@ -15,16 +15,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/dist.h"
 #include "core/threads.h"
 #include "io/cube.h"
+#include "io/envi.h"
 #include "io/gdal_io.h"
 #include "io/labels.h"
 #include "io/quicklook.h"
 #include "kernels/cuda.h"
+#include "kernels/fused.h"
 #include "models/checkpoint.h"
 #include "models/model_cuda.h"
 #include "models/tensor.h"
@@ -66,7 +71,17 @@ struct hsi_trainer {
     hsi_labels lab, ltr, lte;
     hsi_split sp;
     hsi_run run;    /* the pipeline being trained: preprocessing, classes, model */
-    hsi_view fc;    /* the preprocessed (C, L, S) float32 cube */
+    hsi_view fc;    /* the preprocessed (C, L, S) float32 cube: packed host, or BIP over a mapping */
+    /* --mem-limit: the features streamed through a file (its names, until
+     * they are removed), and the thread that gives back the pages of the
+     * mappings bigger than the budget */
+    int streamed;
+    char *stream_hdr, *stream_data;
+    pthread_t trim_thread;
+    pthread_mutex_t trim_lock;
+    pthread_cond_t trim_wake;
+    int trim_running, trim_stop;
+    const hsi_buffer *trim_buf[2]; /* the raw cube's mapping, the features' (NULL: none) */
     hsi_patcher pt;
     int have_patcher;
     hsi_patch_dataset ds; /* the loader's view of the training pixels */
@@ -438,6 +453,233 @@ cleanup:
     return st;
 }
 
+/* ------------------------------------------------- --mem-limit: streaming */
+
+/* Milliseconds between two looks at this process's resident file pages.
+ * A read of a mapping maps more than it asked for (fault-around, large
+ * page-cache folios: about 80 KiB per random 4 KiB touch on Linux 6.x), so
+ * a random pass makes them grow by up to a few MiB per millisecond. */
+#define TRIM_MS 20
+
+static double mib(int64_t bytes) { return (double)bytes / (1 << 20); }
+
+/* Resident file-backed and shared pages of this process, in bytes
+ * (/proc/self/statm's third field); -1 when unknown. */
+static int64_t resident_shared(void)
+{
+    long long pages = -1;
+    FILE *fp = fopen("/proc/self/statm", "r");
+    if (!fp) return -1;
+    if (fscanf(fp, "%*s %*s %lld", &pages) != 1) pages = -1;
+    fclose(fp);
+    return pages < 0 ? -1 : (int64_t)pages * sysconf(_SC_PAGESIZE);
+}
+
+/* Gives back this process's pages of the mappings in trim_buf whenever
+ * its resident file pages pass a quarter of the budget (looked at every
+ * TRIM_MS: what a pass maps between two looks stays within the next
+ * quarter; MADV_DONTNEED on a read-only file mapping: the page cache
+ * keeps them, the next read is a minor fault), so resident memory does not grow with
+ * the part of the scene a pass touches. The readers (the loader's
+ * workers, validation, the map) never notice: the same bytes come back. */
+static void *trim_main(void *arg)
+{
+    hsi_trainer *t = arg;
+    const int64_t high = t->c.mem_limit / 4;
+    pthread_mutex_lock(&t->trim_lock);
+    while (!t->trim_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)TRIM_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&t->trim_wake, &t->trim_lock, &ts);
+        if (t->trim_stop) break;
+        int64_t rs = resident_shared();
+        if (rs >= 0 && rs <= high) continue;
+        for (int i = 0; i < 2; i++)
+            if (t->trim_buf[i] && t->trim_buf[i]->data)
+                madvise(t->trim_buf[i]->data, t->trim_buf[i]->size, MADV_DONTNEED);
+    }
+    pthread_mutex_unlock(&t->trim_lock);
+    return NULL;
+}
+
+/* Adds a mapping (slot 0 the raw cube, 1 the features) to the trims,
+ * starting the thread the first time. */
+static hsi_status trim_add(hsi_trainer *t, int slot, const hsi_buffer *b)
+{
+    if (!b || b->kind != HSI_BUF_MMAP || !b->data) return HSI_OK;
+    if (!t->trim_running) {
+        pthread_mutex_init(&t->trim_lock, NULL);
+        pthread_cond_init(&t->trim_wake, NULL);
+        t->trim_stop = 0;
+        int e = pthread_create(&t->trim_thread, NULL, trim_main, t);
+        if (e) {
+            pthread_cond_destroy(&t->trim_wake);
+            pthread_mutex_destroy(&t->trim_lock);
+            return HSI_FAIL(HSI_ERR_STATE, "--mem-limit: cannot start the thread that trims the "
+                                           "mappings: %s", strerror(e));
+        }
+        t->trim_running = 1;
+    }
+    pthread_mutex_lock(&t->trim_lock);
+    t->trim_buf[slot] = b;
+    pthread_mutex_unlock(&t->trim_lock);
+    return HSI_OK;
+}
+
+/* Before a mapping is unmapped: no trim may touch its addresses again. */
+static void trim_stop(hsi_trainer *t)
+{
+    if (!t->trim_running) return;
+    pthread_mutex_lock(&t->trim_lock);
+    t->trim_stop = 1;
+    pthread_cond_signal(&t->trim_wake);
+    pthread_mutex_unlock(&t->trim_lock);
+    pthread_join(t->trim_thread, NULL);
+    pthread_cond_destroy(&t->trim_wake);
+    pthread_mutex_destroy(&t->trim_lock);
+    t->trim_running = 0;
+    t->trim_buf[0] = t->trim_buf[1] = NULL;
+}
+
+/* The access pattern of the features mapping from now on (MADV_RANDOM for
+ * shuffled patches: no readahead of neighbours that will not be read). */
+static void features_advise(hsi_trainer *t, int advice)
+{
+    if (t->streamed && t->fc.buf && t->fc.buf->data)
+        madvise(t->fc.buf->data, t->fc.buf->size, advice);
+}
+
+/* The temporary's names; the data stays reachable through the mapping
+ * until it is unmapped, so this runs as soon as the cube is mapped (and on
+ * every failure before): no run, however it ends, leaves the file. */
+static void stream_remove(hsi_trainer *t)
+{
+    if (t->stream_data) unlink(t->stream_data);
+    if (t->stream_hdr) unlink(t->stream_hdr);
+    free(t->stream_data);
+    free(t->stream_hdr);
+    t->stream_data = t->stream_hdr = NULL;
+}
+
+/* Fused-pass sink: a band-major (n_out, n_lines, samples) tile, lines
+ * line0.., to the ENVI writer (which interleaves it as the file asks). */
+static hsi_status stream_sink(void *ctx, const float *tile, int64_t line0, int64_t n_lines,
+                              int64_t n_out, int64_t n_samples, int pixel_major)
+{
+    hsi_status st = HSI_OK;
+    hsi_buffer *buf = NULL;
+    hsi_view v;
+    memset(&v, 0, sizeof v);
+    HSI_ASSERT(!pixel_major);
+    size_t bytes = sizeof(float) * (size_t)(n_out * n_lines * n_samples);
+    int64_t shape[3] = {n_out, n_lines, n_samples};
+    HSI_TRY(hsi_buffer_wrap(&buf, (void *)tile, bytes, HSI_BUF_HOST, NULL, NULL));
+    HSI_TRY(hsi_view_make_packed(&v, buf, 0, HSI_F32, 3, shape));
+    st = hsi_envi_writer_write_at(ctx, line0, &v);
+cleanup:
+    hsi_view_release(&v);
+    hsi_buffer_release(buf);
+    return st;
+}
+
+/* The features through a file: the fused pass exactly as for the cube in
+ * memory (band-major products, the same tiles of lines: the same floats;
+ * hsi_prep_write_envi's BIP pass multiplies pixel-major, whose rounding
+ * may differ), interleaved BIP by the ENVI writer (a patch row is one run
+ * of bytes), written to out_dir, mapped read-only as t->fc, and the names
+ * removed. tile_lines bounds the pass's buffers to the budget. */
+static hsi_status stream_features(hsi_trainer *t, int64_t tile_lines)
+{
+    hsi_status st = HSI_OK;
+    const hsi_train_config *c = &t->c;
+    const hsi_prep *p = &t->run.prep;
+    const int64_t no = hsi_prep_n_out(p), L = t->cube.view.shape[1], S = t->cube.view.shape[2];
+    hsi_meta om;
+    int have_meta = 0;
+    hsi_envi_writer *w = NULL;
+    hsi_cube fcube;
+    hsi_cube_init(&fcube);
+    char name[64];
+    snprintf(name, sizeof name, "features-stream-%d.hdr", hsi_dist_rank());
+    t->stream_hdr = hsi_run_path(c->out_dir, name);
+    if (!t->stream_hdr || !(t->stream_data = strndup(t->stream_hdr, strlen(t->stream_hdr) - 4))) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    HSI_TRY(hsi_prep_check(p, &t->cube.view, c->cube_path));
+    HSI_TRY(hsi_prep_out_meta(&om, &t->cube.meta, p, "hsi train --mem-limit: streamed features (temporary)"));
+    have_meta = 1;
+    hsi_envi_write_options wo;
+    hsi_envi_write_options_init(&wo);
+    wo.interleave = HSI_BIP;
+    wo.dtype = HSI_F32;
+    HSI_TRY(hsi_envi_writer_open(&w, t->stream_hdr, &om, no, L, S, &wo));
+    hsi_fused_opts fo = {.pixel_major = 0,
+                         .tile_lines = tile_lines,
+                         .progress_label = c->progress_bars ? "stream features" : NULL,
+                         .sink = stream_sink,
+                         .sink_ctx = w};
+    st = hsi_fused_run(NULL, &t->cube.view, &p->norm, p->has_pca ? &p->pca : NULL, &fo);
+    if (st == HSI_OK) st = hsi_envi_writer_finish(w);
+    else hsi_envi_writer_abort(w);
+    w = NULL;
+    if (st != HSI_OK) goto cleanup;
+    HSI_TRY(hsi_envi_open(&fcube, t->stream_hdr));
+    const hsi_view *v = &fcube.view;
+    if (v->dtype != HSI_F32 || v->swapped || v->ndim != 3 || v->shape[0] != no || v->shape[1] != L ||
+        v->shape[2] != S || !v->buf || v->buf->kind != HSI_BUF_MMAP) {
+        st = HSI_FAIL(HSI_ERR_STATE, "%s: the streamed features do not read back as the (%lld, %lld, "
+                                     "%lld) float32 mapping written",
+                      t->stream_hdr, (long long)no, (long long)L, (long long)S);
+        goto cleanup;
+    }
+    hsi_view_ref(&t->fc, v);
+    t->streamed = 1;
+cleanup:
+    if (w) hsi_envi_writer_abort(w);
+    hsi_cube_free(&fcube);
+    if (have_meta) hsi_meta_free(&om);
+    stream_remove(t);
+    return st;
+}
+
+/* The fused pass: into memory, or (the features over --mem-limit)
+ * streamed through a file; says which on stderr and in train.log. */
+static hsi_status make_features(hsi_trainer *t)
+{
+    const hsi_train_config *c = &t->c;
+    const hsi_prep *p = &t->run.prep;
+    const int64_t no = hsi_prep_n_out(p), L = t->cube.view.shape[1], S = t->cube.view.shape[2];
+    int64_t bytes = 0;
+    if (!hsi_mul_ok(no, L, &bytes) || !hsi_mul_ok(bytes, S, &bytes) || !hsi_mul_ok(bytes, 4, &bytes))
+        return HSI_FAIL(HSI_ERR_ARG, "%s: %lld features x %lld lines x %lld samples overflow 64 bits",
+                        c->cube_path, (long long)no, (long long)L, (long long)S);
+    if (c->mem_limit <= 0 || bytes <= c->mem_limit)
+        return hsi_prep_transform(&t->fc, p, &t->cube.view, c->progress_bars ? "preprocess" : NULL, 0, 0);
+    /* the pass's buffers (one tile of features per thread) within an
+     * eighth of the budget; the tiling does not change the floats */
+    int64_t per_line = no * S * 4 * (int64_t)hsi_threads();
+    int64_t tl = per_line > 0 ? c->mem_limit / 8 / per_line : 64;
+    tl = tl < 1 ? 1 : tl > 64 ? 64 : tl;
+    char line[1024];
+    snprintf(line, sizeof line,
+             "features: %lld x %lld x %lld float32 = %.1f MiB, over --mem-limit %.1f MiB: streamed "
+             "from disk (written pixel-interleaved to a temporary file in %s, mapped read-only, "
+             "its name removed at once; the page cache holds what fits)\n",
+             (long long)no, (long long)L, (long long)S, mib(bytes), mib(c->mem_limit), c->out_dir);
+    if (!hsi_is_quiet()) fprintf(stderr, "hsi train: %s", line);
+    if (t->log) {
+        fputs(line, t->log);
+        fflush(t->log);
+    }
+    hsi_status st = stream_features(t, tl);
+    if (st != HSI_OK) return hsi_fail_context(st, "--mem-limit: streaming the features to %s", c->out_dir);
+    return trim_add(t, 1, t->fc.buf);
+}
+
 /* Preprocessing fitted on the training pixels (or all, flagged leaky). */
 static hsi_status fit_preprocessing(hsi_trainer *t)
 {
@@ -446,7 +688,19 @@ static hsi_status fit_preprocessing(hsi_trainer *t)
     const int64_t L = t->cube.view.shape[1], S = t->cube.view.shape[2];
     double tm = hsi_now();
     hsi_view mask;
+    memset(&mask, 0, sizeof mask);
     int64_t mshape[2] = {L, S};
+    const hsi_buffer *raw = t->cube.view.buf;
+    if (c->mem_limit > 0 && raw && (int64_t)raw->size > c->mem_limit) {
+        /* the passes over a mapped raw cube bigger than the budget give its
+         * pages back as they go; a cube read into memory cannot */
+        if (raw->kind == HSI_BUF_MMAP) HSI_TRY(trim_add(t, 0, raw));
+        else
+            hsi_warn("--mem-limit %.1f MiB: %s is read whole into memory (%.1f MiB; a %s cube is not "
+                     "mapped): convert it to ENVI (hsi convert) to keep it on disk",
+                     mib(c->mem_limit), c->cube_path, mib((int64_t)raw->size),
+                     t->cube.meta.format ? t->cube.meta.format : "compressed");
+    }
     HSI_TRY(hsi_view_alloc(&mask, HSI_U8, 2, mshape, HSI_BUF_HOST));
     for (int64_t i = 0; i < L * S; i++)
         ((uint8_t *)mask.buf->data)[i] = c->fit_on_all ? 1 : t->sp.role[i] == HSI_ROLE_TRAIN;
@@ -468,10 +722,10 @@ static hsi_status fit_preprocessing(hsi_trainer *t)
     st = hsi_prep_fit(&t->run.prep, &t->cube, &mask, &ps);
     hsi_view_release(&mask);
     const hsi_prep *p = &t->run.prep;
-    if (st == HSI_OK)
-        st = hsi_prep_transform(&t->fc, p, &t->cube.view, c->progress_bars ? "preprocess" : NULL, 0, 0);
+    if (st == HSI_OK) st = make_features(t);
     if (c->deterministic) openblas_set_num_threads(blas_before);
     if (st != HSI_OK) goto cleanup;
+    features_advise(t, MADV_RANDOM); /* shuffled patches and validation */
     t->run.n_features = (int)t->fc.shape[0];
     t->run.patch = c->patch;
     t->run.pad = c->pad;
@@ -989,6 +1243,7 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
     cJSON *training = NULL;
     if (t->finished) return HSI_FAIL(HSI_ERR_STATE, "hsi_trainer_finish: already finished");
     t->finished = 1;
+    features_advise(t, MADV_SEQUENTIAL); /* the map reads tiles of lines in order */
     if (!t->writer) { /* rank 0 predicts the map and writes the run */
         t->res.epochs_run = t->epoch - t->first_epoch;
         if (res) *res = t->res;
@@ -1106,10 +1361,13 @@ cleanup:
 
 const hsi_split *hsi_trainer_split(const hsi_trainer *t) { return &t->sp; }
 const hsi_run *hsi_trainer_run(const hsi_trainer *t) { return &t->run; }
+const hsi_view *hsi_trainer_features(const hsi_trainer *t) { return &t->fc; }
 
 void hsi_trainer_free(hsi_trainer *t)
 {
     if (!t) return;
+    trim_stop(t); /* before any mapping goes */
+    stream_remove(t);
     hsi_ddp_free(t->ddp);
     hsi_graph_free(t->g);
     hsi_loader_destroy(t->ld);

@@ -84,6 +84,19 @@ typedef struct hsi_train_config {
     int resume;                   /* continue from out_dir/train_state.safetensors */
     int overwrite;                /* replace a run already in out_dir (else it is refused) */
     int threads;                  /* > 0: threads of the engine and kernels (hsi_threads_set) */
+    /* memory: bytes the preprocessed features (n_features x lines x samples
+     * float32) may take (0: no limit). A larger cube is streamed: written
+     * pixel-interleaved (BIP) to a temporary file in out_dir, mapped
+     * read-only and the file's name removed at once (the space is freed when
+     * the job ends, however it ends); patches, validation and the map read
+     * from the mapping. Whenever the process's resident file pages pass
+     * a quarter of the budget, its pages of that mapping (and of a mapped raw cube
+     * bigger than the budget) are given back: the page cache, not the
+     * process, holds what fits. The same floats either way: the results are
+     * bit-identical. Not counted: a cube read into memory (.mat, GDAL),
+     * about 20 bytes per labelled pixel (split lists, the map), the model,
+     * the batches. */
+    int64_t mem_limit;
     /* data-parallel training (pipeline/ddp.h): under mpirun with several
      * ranks, or on one with ddp, deterministic or bn_sync set. batch is
      * then the global batch, split in equal slices across the ranks; rank
@@ -155,6 +168,10 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res);
 /* What the trainer has built (valid until hsi_trainer_free). */
 const hsi_split *hsi_trainer_split(const hsi_trainer *t);
 const hsi_run *hsi_trainer_run(const hsi_trainer *t);
+/* The preprocessed (n_features, lines, samples) float32 cube the patches
+ * are cut from: a packed host view, or (mem_limit exceeded) a BIP view over
+ * the mapped temporary file (buf->kind HSI_BUF_MMAP). */
+const hsi_view *hsi_trainer_features(const hsi_trainer *t);
 
 void hsi_trainer_free(hsi_trainer *t); /* NULL is fine */
 
