@@ -307,22 +307,50 @@ cleanup:
     return st;
 }
 
-/* mean_loss (may be NULL): the pixels' mean cross-entropy, same pass. */
-static hsi_status eval_role(hsi_trainer *t, hsi_metrics *m, int role, double *mean_loss)
+/* mean_loss (may be NULL): the pixels' mean cross-entropy, same pass.
+ * across_ranks (collective; every rank holds the same model): each rank
+ * classifies its contiguous share of the pixels, the predictions and the
+ * shares' loss sums are exchanged, and every rank computes the same
+ * metrics (the predictions, so OA and the rest, are those of one process;
+ * the mean loss agrees to rounding). */
+static hsi_status eval_role(hsi_trainer *t, hsi_metrics *m, int role, double *mean_loss,
+                            int across_ranks)
 {
     hsi_status st = HSI_OK;
     const hsi_split *sp = &t->sp;
-    int64_t n = sp->n[role];
+    const int64_t n = sp->n[role];
+    const int R = across_ranks ? hsi_dist_size() : 1, r = R > 1 ? hsi_dist_rank() : 0;
+    const int64_t lo = n * r / R, hi = n * (r + 1) / R;
     int32_t *pred = malloc((size_t)(n ? n : 1) * sizeof *pred);
-    if (!pred) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+    int64_t *offs = malloc((size_t)(R + 1) * sizeof *offs);
+    double *sums = calloc((size_t)R, sizeof *sums);
+    if (!pred || !offs || !sums) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    double mine = 0;
     if (mean_loss)
-        HSI_TRY(hsi_run_classify_loss(&t->run, pred, &t->pt, sp->idx[role], n, t->c.batch * 2, t->g,
-                                      sp->cls[role], mean_loss));
+        HSI_TRY(hsi_run_classify_loss(&t->run, pred + lo, &t->pt, sp->idx[role] + lo, hi - lo,
+                                      t->c.batch * 2, t->g, sp->cls[role] + lo, &mine));
     else
-        HSI_TRY(hsi_run_classify(&t->run, pred, &t->pt, sp->idx[role], n, t->c.batch * 2, t->g));
+        HSI_TRY(hsi_run_classify(&t->run, pred + lo, &t->pt, sp->idx[role] + lo, hi - lo,
+                                 t->c.batch * 2, t->g));
+    if (R > 1) {
+        for (int k = 0; k <= R; k++) offs[k] = (int64_t)sizeof *pred * (n * k / R);
+        HSI_TRY(hsi_dist_share_parts(pred, offs));
+        sums[r] = hi > lo ? mine * (double)(hi - lo) : 0;
+        for (int k = 0; k <= R; k++) offs[k] = (int64_t)sizeof *sums * k;
+        HSI_TRY(hsi_dist_share_parts(sums, offs));
+        double total = 0; /* in rank order: the same on every rank */
+        for (int k = 0; k < R; k++) total += sums[k];
+        mine = n > 0 ? total / (double)n : NAN;
+    }
+    if (mean_loss) *mean_loss = mine;
     HSI_TRY(hsi_metrics_compute(m, sp->cls[role], pred, n, sp->n_classes));
 cleanup:
     free(pred);
+    free(offs);
+    free(sums);
     return st;
 }
 
@@ -1057,17 +1085,12 @@ static hsi_status end_epoch(hsi_trainer *t)
     double val_oa = acc, val_loss = NAN;
     if (t->have_val) {
         double tv = hsi_now();
-        if (t->writer) { /* the same model on every rank: rank 0 validates, tells the others */
-            hsi_metrics vm;
-            HSI_TRY(eval_role(t, &vm, HSI_ROLE_VAL, &val_loss));
-            val_oa = vm.oa;
-            hsi_metrics_free(&vm);
-        }
-        if (t->ranks > 1) {
-            double vv[2] = {val_oa, val_loss};
-            HSI_TRY(hsi_dist_bcast(vv, sizeof vv, 0));
-            val_oa = vv[0], val_loss = vv[1];
-        }
+        /* the same model on every rank (buffers synced above): each
+         * validates its share of the pixels, all get the same figures */
+        hsi_metrics vm;
+        HSI_TRY(eval_role(t, &vm, HSI_ROLE_VAL, &val_loss, t->ranks > 1));
+        val_oa = vm.oa;
+        hsi_metrics_free(&vm);
         prof->validate += hsi_now() - tv;
     }
     double lr_now = t->opt->cfg.lr;

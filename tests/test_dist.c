@@ -478,12 +478,17 @@ static void test_mpi_batch_once(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "failed: ") && strstr(out, "c3.hdr"));
 }
 
-static int same_model(const char *a, const char *b)
+static int same_in_runs(const char *a, const char *b, const char *name)
 {
     char pa[4096], pb[4096];
-    snprintf(pa, sizeof pa, "%s/model.safetensors", a);
-    snprintf(pb, sizeof pb, "%s/model.safetensors", b);
+    snprintf(pa, sizeof pa, "%s/%s", a, name);
+    snprintf(pb, sizeof pb, "%s/%s", b, name);
     return hsi_test_same_file(pa, pb);
+}
+
+static int same_model(const char *a, const char *b)
+{
+    return same_in_runs(a, b, "model.safetensors");
 }
 
 static void test_mpi_train_deterministic(void)
@@ -498,7 +503,12 @@ static void test_mpi_train_deterministic(void)
         CU_ASSERT_EQUAL(rc, 0);
         if (rc) fprintf(stderr, "\n  np %d:\n%s\n", n, out);
     }
-    for (int n = 2; n <= 4; n++) CU_ASSERT(same_model(dir[0], dir[n - 1]));
+    for (int n = 2; n <= 4; n++) {
+        CU_ASSERT(same_model(dir[0], dir[n - 1]));
+        /* the scene map (rank 0 classifies it) */
+        CU_ASSERT(same_in_runs(dir[0], dir[n - 1], "map"));
+        CU_ASSERT(same_in_runs(dir[0], dir[n - 1], "map.hdr"));
+    }
     /* resume at np 2 = the uninterrupted run: 1 epoch, then 2 */
     const char *r = hsi_test_tmp("mpi_det_resume");
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, MPIRUN "%s train " SCENE " --out %s --deterministic --epochs 1 "
@@ -514,6 +524,51 @@ static void test_mpi_train_deterministic(void)
                                  TRAIN_OPTS, 300, 3, HSI_BIN, r3), 0);
     CU_ASSERT(same_model(dir[1], r3));
     for (int n = 0; n < 4; n++) free((void *)dir[n]);
+}
+
+/* history.csv's val_oa and val_loss columns (epochs rows); 0 if unread */
+static int val_columns(const char *dir, double *oa, double *loss, int epochs)
+{
+    char p[4096], *t = NULL;
+    size_t n = 0;
+    snprintf(p, sizeof p, "%s/history.csv", dir);
+    if (hsi_read_file(p, &t, &n) != HSI_OK) return 0;
+    const char *l = t;
+    int got = 0;
+    for (int e = 0; e < epochs && (l = strchr(l, '\n')) && l[1]; e++, l++)
+        got += sscanf(l + 1, "%*d,%*f,%*f,%lf,%lf", &oa[e], &loss[e]) == 2;
+    free(t);
+    return got == epochs;
+}
+
+/* Validation split between the ranks (each its share of the pixels, the
+ * predictions exchanged): val OA per epoch equal to one process, the mean
+ * loss to rounding, so the same best epoch and model. Odd pixel counts:
+ * the shares are unequal at np 3. */
+static void test_mpi_validation_split(void)
+{
+    enum { E = 3 };
+    double oa[3][E], loss[3][E];
+    const char *dir[3];
+    for (int n = 1; n <= 3; n++) {
+        char name[16];
+        snprintf(name, sizeof name, "mpi_val%d", n);
+        dir[n - 1] = strdup(hsi_test_tmp(name));
+        int rc = hsi_test_run(out, sizeof out, MPIRUN "%s train " SCENE " --out %s --deterministic --val 0.3 "
+                              "--epochs 3 --train 0.04 --seed 9 --quiet --batch 24 --tile 2",
+                              300, n, HSI_BIN, dir[n - 1]);
+        CU_ASSERT_EQUAL(rc, 0);
+        if (rc) fprintf(stderr, "\n  np %d:\n%s\n", n, out);
+        CU_ASSERT_FATAL(val_columns(dir[n - 1], oa[n - 1], loss[n - 1], E));
+    }
+    for (int n = 2; n <= 3; n++) {
+        for (int e = 0; e < E; e++) {
+            CU_ASSERT_EQUAL(oa[n - 1][e], oa[0][e]);
+            CU_ASSERT_DOUBLE_EQUAL(loss[n - 1][e], loss[0][e], 1e-9 * fabs(loss[0][e]) + 1e-12);
+        }
+        CU_ASSERT(same_model(dir[0], dir[n - 1]));
+    }
+    for (int n = 0; n < 3; n++) free((void *)dir[n]);
 }
 
 /* the first epoch's loss (history.csv) of a run */
@@ -586,4 +641,5 @@ HSI_SUITE(dist_mpi, HSI_SUITE_NEEDS_MPI, {"NCCL plugin links; allreduce on a GPU
           {"a rank killed or failing ends the job", test_mpi_rank_dies},
           {"a list of cubes over 3 ranks: each once", test_mpi_batch_once},
           {"train --deterministic: same bits for np 1..4, resume", test_mpi_train_deterministic},
-          {"train --bn sync at np 2 = one process", test_mpi_train_sync_bn})
+          {"train --bn sync at np 2 = one process", test_mpi_train_sync_bn},
+          {"validation split across np 1..3 = one process", test_mpi_validation_split})
