@@ -155,6 +155,16 @@ int hsi_test_same_file(const char *a, const char *b)
     return same;
 }
 
+int hsi_test_same_in(const char *dir_a, const char *dir_b, const char *name)
+{
+    char a[4096], b[4096];
+    snprintf(a, sizeof a, "%s/%s", dir_a, name);
+    snprintf(b, sizeof b, "%s/%s", dir_b, name);
+    int same = hsi_test_same_file(a, b);
+    if (!same) fprintf(stderr, "\n  %s differs between %s and %s\n", name, dir_a, dir_b);
+    return same;
+}
+
 cJSON *hsi_test_load_json(const char *path)
 {
     char *t = NULL;

@@ -89,6 +89,8 @@ int hsi_test_run(char *out, size_t n, const char *fmt, ...) __attribute__((forma
 
 /* 1 when files a and b hold the same bytes (both readable). */
 int hsi_test_same_file(const char *a, const char *b);
+/* dir_a/name and dir_b/name, the same bytes (says which differs on stderr) */
+int hsi_test_same_in(const char *dir_a, const char *dir_b, const char *name);
 /* A JSON file parsed with cJSON (NULL when unreadable or not JSON). */
 struct cJSON *hsi_test_load_json(const char *path);
 

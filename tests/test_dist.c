@@ -478,17 +478,9 @@ static void test_mpi_batch_once(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "failed: ") && strstr(out, "c3.hdr"));
 }
 
-static int same_in_runs(const char *a, const char *b, const char *name)
-{
-    char pa[4096], pb[4096];
-    snprintf(pa, sizeof pa, "%s/%s", a, name);
-    snprintf(pb, sizeof pb, "%s/%s", b, name);
-    return hsi_test_same_file(pa, pb);
-}
-
 static int same_model(const char *a, const char *b)
 {
-    return same_in_runs(a, b, "model.safetensors");
+    return hsi_test_same_in(a, b, "model.safetensors");
 }
 
 static void test_mpi_train_deterministic(void)
@@ -506,8 +498,8 @@ static void test_mpi_train_deterministic(void)
     for (int n = 2; n <= 4; n++) {
         CU_ASSERT(same_model(dir[0], dir[n - 1]));
         /* the scene map (rank 0 classifies it) */
-        CU_ASSERT(same_in_runs(dir[0], dir[n - 1], "map"));
-        CU_ASSERT(same_in_runs(dir[0], dir[n - 1], "map.hdr"));
+        CU_ASSERT(hsi_test_same_in(dir[0], dir[n - 1], "map"));
+        CU_ASSERT(hsi_test_same_in(dir[0], dir[n - 1], "map.hdr"));
     }
     /* resume at np 2 = the uninterrupted run: 1 epoch, then 2 */
     const char *r = hsi_test_tmp("mpi_det_resume");

@@ -44,16 +44,6 @@ static int leftovers(const char *dir, int depth)
     return n;
 }
 
-static int same_in(const char *a, const char *b, const char *name)
-{
-    char pa[4096], pb[4096];
-    snprintf(pa, sizeof pa, "%s/%s", a, name);
-    snprintf(pb, sizeof pb, "%s/%s", b, name);
-    int same = hsi_test_same_file(pa, pb);
-    if (!same) fprintf(stderr, "\n  %s differs between %s and %s\n", name, a, b);
-    return same;
-}
-
 /* metrics.json without what a clock measures */
 static char *metrics_text(const char *dir)
 {
@@ -144,7 +134,7 @@ static void test_train_outputs_identical(void)
     static const char *const files[] = {"model.safetensors", "map", "map.hdr", "split", "split.json",
                                         "preprocessing.safetensors", "pipeline.json",
                                         "train_state.safetensors"};
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) CU_ASSERT(same_in(a, b, files[i]));
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) CU_ASSERT(hsi_test_same_in(a, b, files[i]));
     char *ma = metrics_text(a), *mb = metrics_text(b);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ma);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mb);
@@ -156,7 +146,7 @@ static void test_train_outputs_identical(void)
     CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " train " SCENE " --out %s " OPTS
                                        " --mem-limit 2M", c), 0);
     CU_ASSERT_PTR_NULL(strstr(out, "streamed"));
-    CU_ASSERT(same_in(a, c, "model.safetensors"));
+    CU_ASSERT(hsi_test_same_in(a, c, "model.safetensors"));
     char log[4200];
     snprintf(log, sizeof log, "%s/train.log", b);
     char *text = NULL;
