@@ -88,7 +88,7 @@ FUZZ_C   := $(sort $(wildcard tests/fuzz/*.c))
 # libhsi.a export them (-rdynamic); libhsi.so provides them itself.
 LDLIBS  += -ldl
 ifneq ($(NVCC),)
-  NVFLAGS := -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden -I. \
+  NVFLAGS := -O3 -lineinfo -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden -I. \
              -gencode arch=compute_$(CUDA_ARCH:sm_%=%),code=$(CUDA_ARCH) \
              -gencode arch=compute_$(CUDA_ARCH:sm_%=%),code=compute_$(CUDA_ARCH:sm_%=%) \
              -MMD -MP

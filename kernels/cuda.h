@@ -47,11 +47,18 @@ hsi_status hsi_cuda_sync(void);
  * of 2 MiB); a freed block goes back to the cache of its class and is
  * handed out again by the next request of that class, so a training step
  * that repeats the same requests calls cudaMalloc only in its first step.
- * Reuse is safe in stream order: a block freed after work was queued on a
- * stream may be reused by work queued later on the SAME stream; users of
- * several streams synchronise (or keep the block) themselves, as with
- * PyTorch's caching allocator. On cudaMalloc failure the cache is emptied
- * and the allocation tried once more. */
+ * Reuse is safe across streams: the free records an event after the work
+ * queued on the block's allocating stream and on the freeing thread's
+ * stream (hsi_cuda_stream); a request reuses the block at once on the
+ * stream it was freed on, on another stream once the event has completed,
+ * or makes its stream wait for the event on the device. Work on a third
+ * stream that still uses the block must be finished before the free (as
+ * with PyTorch's allocator without record_stream). On cudaMalloc failure
+ * the cache is emptied and the allocation tried once more.
+ * HSI_CUDA_NO_CACHE=1 turns the cache off: every request is an exact
+ * cudaMalloc and every free a cudaFree (for compute-sanitizer memcheck,
+ * which cannot see overruns inside a rounded block nor uses of a cached
+ * one). */
 hsi_status hsi_cuda_malloc(void **out, size_t size);
 void hsi_cuda_free(void *p); /* NULL is fine; p must come from hsi_cuda_malloc */
 /* A HSI_BUF_DEVICE hsi_buffer (refcount 1) whose memory comes from the
@@ -66,7 +73,7 @@ typedef struct hsi_cuda_mem_stats {
     int64_t peak_in_use_bytes;
     int64_t n_requests;    /* hsi_cuda_malloc calls */
     int64_t n_cuda_malloc; /* of which went to cudaMalloc (cache misses) */
-    int64_t n_cuda_free;   /* cudaFree calls (trims) */
+    int64_t n_cuda_free;   /* cudaFree calls (trims; every free without the cache) */
 } hsi_cuda_mem_stats;
 void hsi_cuda_mem_get(hsi_cuda_mem_stats *s);
 

@@ -35,9 +35,22 @@ hsi_status hsi_cu_cublas(cublasHandle_t *out, const char *what)
 
 /* ------------------------------------------------- caching allocator */
 
+/* Blocks are rounded to size classes and kept for reuse when freed. A
+ * freed block may still be read or written by kernels queued before the
+ * free, on the stream that allocated it or on the freeing thread's stream:
+ * at the free an event is recorded after that work (the freeing stream
+ * first waits for the allocating one), and a later request reuses the
+ * block at once from the stream it was freed on (stream order), from
+ * another stream once the event has completed, or else makes its stream
+ * wait for the event on the device (no host wait). HSI_CUDA_NO_CACHE=1:
+ * exact cudaMalloc / cudaFree per request, so that compute-sanitizer sees
+ * every overrun and every use after free. */
+
 typedef struct cu_block {
     void *ptr;
-    size_t size; /* class size */
+    size_t size;         /* class size (exact size without the cache) */
+    cudaStream_t stream; /* used: allocated on; free: freed on */
+    cudaEvent_t ev;      /* after the work queued before the free (NULL: none needed) */
 } cu_block;
 
 typedef struct cu_list {
@@ -48,6 +61,13 @@ typedef struct cu_list {
 static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static cu_list g_free, g_used;
 static hsi_cuda_mem_stats g_mem;
+
+/* HSI_CUDA_NO_CACHE set (not "0"): looked up at every request and free */
+static int no_cache(void)
+{
+    const char *e = getenv("HSI_CUDA_NO_CACHE");
+    return e && *e && strcmp(e, "0") != 0;
+}
 
 static size_t size_class(size_t n)
 {
@@ -61,7 +81,7 @@ static size_t size_class(size_t n)
     return (n + step - 1) / step * step;
 }
 
-static int list_push(cu_list *l, void *p, size_t size)
+static int list_push(cu_list *l, const cu_block *b)
 {
     if (l->n == l->cap) {
         int64_t nc = l->cap ? 2 * l->cap : 64;
@@ -70,9 +90,7 @@ static int list_push(cu_list *l, void *p, size_t size)
         l->a = na;
         l->cap = nc;
     }
-    l->a[l->n].ptr = p;
-    l->a[l->n].size = size;
-    l->n++;
+    l->a[l->n++] = *b;
     return 1;
 }
 
@@ -82,44 +100,76 @@ static void list_remove(cu_list *l, int64_t i)
     l->n--;
 }
 
-/* cudaFree of every free block; lock held. */
+static void block_release(cu_block *b)
+{
+    if (b->ev) cudaEventDestroy(b->ev);
+    cudaFree(b->ptr);
+    g_mem.n_cuda_free++;
+}
+
+/* cudaFree of every free block; lock held. cudaFree waits for the device,
+ * so pending work on them is over. */
 static void trim_locked(void)
 {
-    for (int64_t i = 0; i < g_free.n; i++) {
-        cudaFree(g_free.a[i].ptr);
-        g_mem.n_cuda_free++;
-    }
+    for (int64_t i = 0; i < g_free.n; i++) block_release(&g_free.a[i]);
     g_free.n = 0;
     g_mem.cached_bytes = 0;
+}
+
+/* A free block of class cls that stream s may use now, or -1; lock held.
+ * Newest first (warm in cache): the stream's own, then one whose free has
+ * completed, then any other, which s will wait for (*wait set). */
+static int64_t find_free(size_t cls, cudaStream_t s, int *wait)
+{
+    int64_t other = -1;
+    *wait = 0;
+    for (int64_t i = g_free.n - 1; i >= 0; i--) {
+        const cu_block *b = &g_free.a[i];
+        if (b->size != cls) continue;
+        if (b->stream == s || !b->ev) return i;
+        if (cudaEventQuery(b->ev) == cudaSuccess) return i;
+        cudaGetLastError(); /* cudaErrorNotReady is not an error */
+        if (other < 0) other = i;
+    }
+    *wait = other >= 0;
+    return other;
 }
 
 extern "C" hsi_status hsi_cuda_malloc(void **out, size_t size)
 {
     *out = NULL;
     HSI_CU_TRY(hsi_cuda_require("device allocation"));
-    size_t cls = size_class(size);
+    const cudaStream_t s = hsi_cu_stream();
     hsi_status st = HSI_OK;
-    void *p = NULL;
+    cu_block b = {NULL, 0, s, NULL};
+    const int exact = no_cache();
+    b.size = exact ? (size ? size : 1) : size_class(size);
     pthread_mutex_lock(&g_mem_lock);
     g_mem.n_requests++;
-    /* most recently freed block of the class first (warm in cache, LIFO) */
-    for (int64_t i = g_free.n - 1; i >= 0; i--)
-        if (g_free.a[i].size == cls) {
-            p = g_free.a[i].ptr;
-            list_remove(&g_free, i);
-            g_mem.cached_bytes -= (int64_t)cls;
-            break;
+    int wait = 0;
+    int64_t i = exact ? -1 : find_free(b.size, s, &wait);
+    if (i >= 0) {
+        b.ptr = g_free.a[i].ptr;
+        b.ev = g_free.a[i].ev;
+        cudaError_t e = wait ? cudaStreamWaitEvent(s, b.ev, 0) : cudaSuccess;
+        list_remove(&g_free, i);
+        g_mem.cached_bytes -= (int64_t)b.size;
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            block_release(&b); /* cudaFree waits for the device */
+            b.ptr = NULL, b.ev = NULL;
         }
-    if (!p) {
-        cudaError_t e = cudaMalloc(&p, cls);
+    }
+    if (!b.ptr) {
+        cudaError_t e = cudaMalloc(&b.ptr, b.size);
         if (e != cudaSuccess) {
             cudaGetLastError();
             trim_locked();
-            e = cudaMalloc(&p, cls);
+            e = cudaMalloc(&b.ptr, b.size);
         }
         if (e != cudaSuccess) {
             cudaGetLastError();
-            p = NULL;
+            b.ptr = NULL;
             st = hsi_fail(HSI_ERR_NOMEM,
                           "device allocation of %zu bytes failed: %s (%lld bytes in use)", size,
                           cudaGetErrorString(e), (long long)g_mem.in_use_bytes);
@@ -127,37 +177,59 @@ extern "C" hsi_status hsi_cuda_malloc(void **out, size_t size)
             g_mem.n_cuda_malloc++;
         }
     }
-    if (p && !list_push(&g_used, p, cls)) {
-        cudaFree(p);
-        p = NULL;
+    if (b.ptr && !list_push(&g_used, &b)) {
+        block_release(&b);
+        b.ptr = NULL;
         st = hsi_fail(HSI_ERR_NOMEM, "device allocator: host bookkeeping out of memory");
     }
-    if (p) {
-        g_mem.in_use_bytes += (int64_t)cls;
+    if (b.ptr) {
+        g_mem.in_use_bytes += (int64_t)b.size;
         if (g_mem.in_use_bytes > g_mem.peak_in_use_bytes)
             g_mem.peak_in_use_bytes = g_mem.in_use_bytes;
     }
     pthread_mutex_unlock(&g_mem_lock);
-    *out = p;
+    *out = b.ptr;
     return st;
+}
+
+/* The event after the work queued on b's allocating stream and on stream
+ * s; 0 when it cannot be recorded (the caller then frees the block). */
+static int record_free(cu_block *b, cudaStream_t s)
+{
+    if (!b->ev && cudaEventCreateWithFlags(&b->ev, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        b->ev = NULL;
+        return 0;
+    }
+    if (b->stream != s && (cudaEventRecord(b->ev, b->stream) != cudaSuccess ||
+                           cudaStreamWaitEvent(s, b->ev, 0) != cudaSuccess)) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (cudaEventRecord(b->ev, s) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    b->stream = s;
+    return 1;
 }
 
 extern "C" void hsi_cuda_free(void *p)
 {
     if (!p) return;
+    const cudaStream_t s = hsi_cu_stream();
+    const int exact = no_cache();
     pthread_mutex_lock(&g_mem_lock);
     int64_t i = g_used.n - 1;
     while (i >= 0 && g_used.a[i].ptr != p) i--;
     HSI_ASSERT(i >= 0); /* not from hsi_cuda_malloc, or freed twice */
-    size_t cls = g_used.a[i].size;
+    cu_block b = g_used.a[i];
     list_remove(&g_used, i);
-    g_mem.in_use_bytes -= (int64_t)cls;
-    if (list_push(&g_free, p, cls)) {
-        g_mem.cached_bytes += (int64_t)cls;
-    } else {
-        cudaFree(p);
-        g_mem.n_cuda_free++;
-    }
+    g_mem.in_use_bytes -= (int64_t)b.size;
+    if (!exact && record_free(&b, s) && list_push(&g_free, &b))
+        g_mem.cached_bytes += (int64_t)b.size;
+    else
+        block_release(&b);
     pthread_mutex_unlock(&g_mem_lock);
 }
 

@@ -66,19 +66,20 @@ hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile
         return HSI_OK;
     }
     T->mode = host_mode(cube);
-    int auto_lines = tile_lines <= 0;
-    if (auto_lines) {
+    if (T->mode == 2 && L > 1) {
+        /* lines are the fast axis (a column-major .mat cube): a tile's
+         * rows would span most of each band plane (one tile would be the
+         * whole cube, pinned and on the device); its lines are packed on
+         * the host instead, so tiles are capped by bytes like the others */
+        int64_t pitch, one = (int64_t)tile_bytes(cube, 2, 1, &pitch);
+        int64_t all = (int64_t)tile_bytes(cube, 2, L, &pitch);
+        if (one * 4 > all) T->mode = 3;
+    }
+    if (tile_lines <= 0) {
         int64_t pitch, one = (int64_t)tile_bytes(cube, T->mode, 1, &pitch);
         int64_t per = one > 0 ? one : 1;
         tile_lines = ((int64_t)64 << 20) / per;
         if (tile_lines < 1) tile_lines = 1;
-    }
-    if (T->mode == 2 && auto_lines) {
-        /* lines are the fast axis (a column-major .mat cube): every tile's
-         * rows would span most of each band plane, so one tile takes all */
-        int64_t pitch, one = (int64_t)tile_bytes(cube, 2, 1, &pitch);
-        int64_t all = (int64_t)tile_bytes(cube, 2, L > 0 ? L : 1, &pitch);
-        if (one * 4 > all) tile_lines = L;
     }
     if (tile_lines > L) tile_lines = L > 0 ? L : 1;
     T->tile_lines = tile_lines;

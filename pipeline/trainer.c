@@ -898,6 +898,9 @@ static hsi_status build_model(hsi_trainer *t)
     lp.fill = hsi_patch_fill;
     lp.ctx = &t->ds;
     lp.device_copy = t->on_gpu;
+    /* the consumer's stream, which the batches' copies are ordered before:
+     * the device model launches on this thread's stream */
+    if (t->on_gpu) lp.cuda_stream = hsi_cuda_stream();
     if (t->ddp) {
         lp.dist_rank = hsi_dist_rank();
         lp.dist_size = t->ranks;
