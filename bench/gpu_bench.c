@@ -1,18 +1,30 @@
-/* gpu_bench.c — the GPU figures of issue 7 in one run, as one JSON object on
- * stdout (progress on stderr): host-to-device GB/s from pinned vs pageable
- * memory; device memcpy GB/s (the card's practical bandwidth); GPU
+/* gpu_bench.c — the GPU figures of issue 7 in one run, as JSON lines on
+ * stdout, one object per figure, printed and flushed as soon as it is
+ * measured (progress on stderr): host-to-device GB/s from pinned vs
+ * pageable memory; device memcpy GB/s (the card's practical bandwidth); GPU
  * statistics and fused (z-score + PCA 30) GB/s on a device cube and end to
  * end from a host cube, with the CPU fused pass on the same cube for the
- * ratio; cnn2d and HybridSN training / inference samples/s on the GPU through
- * hsi_dmodel (models/model_cuda.h: the nn.c models, dropout included), plus
- * the loss before and after the timed steps on the fixed batch (it must
- * fall) and the cudaMalloc calls in the timed steps (must be 0), and
- * the same models trained by the CPU engine (all cores) for the ratio; a
- * device-resident cnn2d epoch (patch extraction on the GPU + step).
+ * ratio; cnn2d (batch --batch and --batch2) and HybridSN training /
+ * inference samples/s on the GPU through hsi_dmodel (models/model_cuda.h:
+ * the nn.c models, dropout included), plus the loss before and after the
+ * timed steps on the fixed batch (it must fall) and the cudaMalloc calls in
+ * the timed steps (must be 0), and the same models trained by the CPU
+ * engine (all cores) for the ratio; a device-resident cnn2d epoch (patch
+ * extraction on the GPU + step).
+ *
+ * Lines: {"<figure>": value} (value a number, string or object), a failed
+ * call {"stage": "<section>", "error": "<call> failed: <message>"} after
+ * which the next independent measurement runs (a sticky CUDA error fails
+ * the rest, each with its own line), and last {"gpu_bench_errors": n}.
+ * Exit status: 0 when every figure was measured, 1 when some call failed,
+ * 2 bad option, 3 no usable device (cudaGetDeviceCount's own error, e.g. a
+ * driver older than the runtime, or the CUDA plugin not loadable).
  * Not a test and not the engine. Built and run by bench/gpu_check.sh:
- *     gpu_bench [--mib 400] [--batch 128] [--bands 30] [--patch 11] [--classes 16] [--steps 20]
- *               [--cpu-steps 5] (0: no CPU engine run) [--cpu-only 1] (no GPU part) */
+ *     gpu_bench [--mib 400] [--batch 128] [--batch2 1024] (0: none) [--bands 30] [--patch 11]
+ *               [--classes 16] [--steps 20] [--cpu-steps 5] (0: no CPU engine run)
+ *               [--cpu-only 1] (no GPU part) [--probe 1] (the device lines only) */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,20 +45,78 @@
 #include "pipeline/patches_cuda.h"
 #include "pipeline/trainer.h"
 
+static int g_n_errors; /* failed calls reported so far */
+
+/* s as a JSON string (quotes, backslashes and control bytes escaped) */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", f);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* {"stage": stage, "error": "<what> failed: <why>"} on stdout, the same on stderr */
+static void report_error(const char *stage, const char *what, const char *why)
+{
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s failed: %s", what, why && why[0] ? why : "(no message)");
+    fputs("{\"stage\": ", stdout);
+    json_str(stdout, stage);
+    fputs(", \"error\": ", stdout);
+    json_str(stdout, msg);
+    fputs("}\n", stdout);
+    fflush(stdout);
+    fprintf(stderr, "gpu_bench: %s: %s\n", stage, msg);
+    g_n_errors++;
+}
+
+/* {"<key>": <printf of fmt>}: fmt makes a JSON value (number or object) */
+static void emit(const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    fputc('{', stdout);
+    json_str(stdout, key);
+    fputs(": ", stdout);
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputs("}\n", stdout);
+    fflush(stdout);
+}
+
+/* In a function with a `const char *stage` and a `cleanup:` label: a failed
+ * call is reported as a JSON line and ends that function (its measurement),
+ * not the program. */
 #define CHECK(expr)                                                                               \
     do {                                                                                          \
         hsi_status s_ = (expr);                                                                   \
         if (s_ != HSI_OK) {                                                                       \
-            fprintf(stderr, "gpu_bench: %s failed: %s\n", #expr, hsi_last_error());             \
-            exit(1);                                                                              \
+            report_error(stage, #expr, hsi_last_error());                                         \
+            hsi_clear_error();                                                                    \
+            goto cleanup;                                                                         \
         }                                                                                         \
     } while (0)
 #define CUCHECK(expr)                                                                             \
     do {                                                                                          \
         cudaError_t e_ = (expr);                                                                  \
         if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "gpu_bench: %s failed: %s\n", #expr, cudaGetErrorString(e_));        \
-            exit(1);                                                                              \
+            char why_[512];                                                                       \
+            snprintf(why_, sizeof why_, "%s (%s)", cudaGetErrorString(e_), cudaGetErrorName(e_)); \
+            report_error(stage, #expr, why_);                                                     \
+            goto cleanup;                                                                         \
+        }                                                                                         \
+    } while (0)
+/* a host allocation that failed */
+#define HCHECK(ptr)                                                                               \
+    do {                                                                                          \
+        if (!(ptr)) {                                                                             \
+            report_error(stage, #ptr " = malloc", "out of host memory");                          \
+            goto cleanup;                                                                         \
         }                                                                                         \
     } while (0)
 
@@ -59,28 +129,66 @@ static float frand(void) /* [-1, 1) */
     return (float)((double)(g_rng >> 11) * 0x1.0p-52 - 1.0);
 }
 
-static void *dmalloc(size_t n)
-{
-    void *p = NULL;
-    CHECK(hsi_cuda_malloc(&p, n));
-    return p;
-}
-
 static double gbps(double bytes, double s) { return bytes / s / 1e9; }
+
+/* -------------------------------------------------------------- device */
+
+/* The device lines; 0 when a device is usable, else 3 with the runtime's
+ * own error (a driver older than the runtime is not "no device"). */
+static int bench_device(void)
+{
+    const char *stage = "device";
+    int n = 0, drv = 0, rt = 0, dev = 0, rc = 3;
+    struct cudaDeviceProp prop;
+    cudaDriverGetVersion(&drv); /* 0 when no driver is installed */
+    cudaRuntimeGetVersion(&rt);
+    emit("cuda_versions", "{\"driver\": %d, \"runtime\": %d}", drv, rt);
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        char why[512];
+        snprintf(why, sizeof why, "%s (%s); CUDA driver version %d, runtime %d%s", cudaGetErrorString(e),
+                 cudaGetErrorName(e), drv, rt,
+                 drv == 0 ? ": no CUDA driver is loaded"
+                 : drv < rt ? ": the driver is older than the runtime this program was built with"
+                            : "");
+        report_error(stage, "cudaGetDeviceCount", why);
+        goto cleanup;
+    }
+    if (n == 0) {
+        report_error(stage, "cudaGetDeviceCount", "the CUDA runtime reports 0 devices");
+        goto cleanup;
+    }
+    CUCHECK(cudaGetDevice(&dev));
+    CUCHECK(cudaGetDeviceProperties(&prop, dev));
+    fputs("{\"device\": ", stdout);
+    json_str(stdout, prop.name);
+    fputs("}\n", stdout);
+    emit("device_count", "%d", n);
+    emit("device_memory_gib", "%.1f", (double)prop.totalGlobalMem / 1073741824.0);
+    emit("compute_capability", "\"%d.%d\"", prop.major, prop.minor);
+    fprintf(stderr, "device: %s (%d of them), compute capability %d.%d, driver %d, runtime %d\n",
+            prop.name, n, prop.major, prop.minor, drv, rt);
+    CHECK(hsi_cuda_require("gpu_bench")); /* loads the CUDA plugin */
+    rc = 0;
+cleanup:
+    return rc;
+}
 
 /* ------------------------------------------------------------ transfers */
 
-static void bench_copies(FILE *js)
+static void bench_copies(void)
 {
+    const char *stage = "copies";
+    const char *keys[3] = {"h2d_pinned_gbps", "h2d_pageable_gbps", "device_memcpy_gbps"};
     size_t n = (size_t)256 << 20;
     void *pin = NULL, *dev = NULL, *dev2 = NULL;
     char *page = malloc(n);
+    HCHECK(page);
     memset(page, 1, n);
     CUCHECK(cudaHostAlloc(&pin, n, cudaHostAllocDefault));
     memset(pin, 1, n);
     CUCHECK(cudaMalloc(&dev, n));
     CUCHECK(cudaMalloc(&dev2, n));
-    double r[3];
     for (int k = 0; k < 3; k++) {
         void *src = k == 0 ? pin : k == 1 ? (void *)page : dev2;
         enum cudaMemcpyKind kind = k < 2 ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
@@ -90,188 +198,263 @@ static void bench_copies(FILE *js)
         for (int i = 0; i < 5; i++) CUCHECK(cudaMemcpyAsync(dev, src, n, kind, 0));
         CUCHECK(cudaDeviceSynchronize());
         /* device-to-device reads and writes n bytes per copy */
-        r[k] = gbps((k == 2 ? 2.0 : 1.0) * 5.0 * (double)n, hsi_now() - t0);
+        double r = gbps((k == 2 ? 2.0 : 1.0) * 5.0 * (double)n, hsi_now() - t0);
+        emit(keys[k], "%.2f", r);
+        fprintf(stderr, "%s: %.1f GB/s%s\n", keys[k], r, k == 2 ? " (read+write)" : "");
     }
-    fprintf(stderr, "H2D pinned %.1f GB/s, pageable %.1f GB/s, device memcpy %.0f GB/s (read+write)\n",
-            r[0], r[1], r[2]);
-    fprintf(js, "  \"h2d_pinned_gbps\": %.2f,\n  \"h2d_pageable_gbps\": %.2f,\n"
-                "  \"device_memcpy_gbps\": %.1f,\n",
-            r[0], r[1], r[2]);
-    cudaFreeHost(pin);
-    cudaFree(dev);
+cleanup:
     cudaFree(dev2);
+    cudaFree(dev);
+    cudaFreeHost(pin);
     free(page);
 }
 
 /* ------------------------------------------------------- preprocessing */
 
-static void bench_fused(FILE *js, int64_t mib)
+/* A uint16 BIP cube on the host, the z-score + PCA 30 it is projected with,
+ * and the same cube on the device as BSQ and as BIP. */
+typedef struct fused_ctx {
+    hsi_view raw, cube, sub, dcube, dbip;
+    hsi_stats st;
+    hsi_norm nm;
+    hsi_pca pca;
+    int64_t n_out; /* output floats: 30 x lines x samples */
+    double in_bytes;
+    float *dout, *hout; /* device output; host output of the host-to-host run */
+    int have_hout;
+} fused_ctx;
+
+static void fused_free(fused_ctx *c)
 {
+    free(c->hout);
+    hsi_cuda_free(c->dout);
+    hsi_view_release(&c->dbip);
+    hsi_view_release(&c->dcube);
+    hsi_view_release(&c->sub);
+    hsi_pca_free(&c->pca);
+    hsi_norm_free(&c->nm);
+    hsi_stats_free(&c->st);
+    hsi_view_release(&c->cube);
+    hsi_view_release(&c->raw);
+}
+
+/* 1 when the cube, the projection and the device copies are ready */
+static int fused_setup(fused_ctx *c, int64_t mib)
+{
+    const char *stage = "fused_setup";
+    int ok = 0;
     int64_t B = 200, S = 1024, L = mib * 1048576 / (B * S * 2);
     if (L < 8) L = 8;
     int64_t shape[3] = {L, S, B}; /* BIP uint16 */
-    hsi_view raw, cube, dcube;
-    CHECK(hsi_view_alloc(&raw, HSI_U16, 3, shape, HSI_BUF_HOST));
-    uint16_t *p = raw.buf->data;
-    for (int64_t i = 0; i < L * S * B; i++) p[i] = (uint16_t)(1000 + (i % B) * 7 + ((i / B) * 2654435761u >> 22) % 500);
     int perm[3] = {2, 0, 1};
-    CHECK(hsi_view_permute(&cube, &raw, perm));
-    double in_bytes = (double)(L * S * B * 2);
-    fprintf(stderr, "fused: uint16 BIP cube %lld x %lld x %lld (%.0f MiB)\n", (long long)B,
-            (long long)L, (long long)S, in_bytes / 1048576);
-    hsi_stats st;
-    CHECK(hsi_stats_compute(&st, &cube, NULL));
-    hsi_norm nm;
-    CHECK(hsi_norm_build(&nm, HSI_NORM_ZSCORE, B, NULL, B, &st, NULL, 0, 0));
-    hsi_pca pca;
-    hsi_pca_opts po = {.n_components = 30};
-    hsi_view sub;
-    CHECK(hsi_view_slice(&sub, &cube, 1, 0, L < 64 ? L : 64, 1)); /* fit on a slice: fast */
-    CHECK(hsi_pca_fit(&pca, &sub, &nm, &po));
-    CHECK(hsi_cuda_view_to_device(&dcube, &cube, HSI_DT_INVALID)); /* packed: becomes BSQ */
-    /* keep the BIP layout on the device too: copy the raw bytes */
     hsi_buffer *db = NULL;
-    CHECK(hsi_cuda_buffer(&db, (size_t)in_bytes));
-    CHECK(hsi_cuda_upload(db->data, raw.buf->data, (size_t)in_bytes));
-    hsi_view dbip;
-    CHECK(hsi_view_make(&dbip, db, 0, HSI_U16, 3, cube.shape, cube.strides, 0));
-    hsi_buffer_release(db);
-    int64_t no = 30, N = no * L * S;
-    float *dout = dmalloc(sizeof(float) * (size_t)N);
-    float *hout = malloc(sizeof(float) * (size_t)N);
-    double t, best;
-    const char *names[2] = {"bsq", "bip"};
-    const hsi_view *dv[2] = {&dcube, &dbip};
-    fprintf(js, "  \"fused_cube\": [%lld, %lld, %lld],\n", (long long)B, (long long)L, (long long)S);
-    for (int k = 0; k < 2; k++) {
-        hsi_stats gs;
-        CHECK(hsi_stats_compute_cuda(&gs, dv[k], NULL)); /* warm-up */
+    hsi_pca_opts po = {.n_components = 30};
+    CHECK(hsi_view_alloc(&c->raw, HSI_U16, 3, shape, HSI_BUF_HOST));
+    uint16_t *p = c->raw.buf->data;
+    for (int64_t i = 0; i < L * S * B; i++)
+        p[i] = (uint16_t)(1000 + (i % B) * 7 + ((i / B) * 2654435761u >> 22) % 500);
+    CHECK(hsi_view_permute(&c->cube, &c->raw, perm));
+    c->in_bytes = (double)(L * S * B * 2);
+    c->n_out = 30 * L * S;
+    fprintf(stderr, "fused: uint16 BIP cube %lld x %lld x %lld (%.0f MiB)\n", (long long)B,
+            (long long)L, (long long)S, c->in_bytes / 1048576);
+    emit("fused_cube", "[%lld, %lld, %lld]", (long long)B, (long long)L, (long long)S);
+    CHECK(hsi_stats_compute(&c->st, &c->cube, NULL));
+    CHECK(hsi_norm_build(&c->nm, HSI_NORM_ZSCORE, B, NULL, B, &c->st, NULL, 0, 0));
+    CHECK(hsi_view_slice(&c->sub, &c->cube, 1, 0, L < 64 ? L : 64, 1)); /* fit on a slice: fast */
+    CHECK(hsi_pca_fit(&c->pca, &c->sub, &c->nm, &po));
+    CHECK(hsi_cuda_view_to_device(&c->dcube, &c->cube, HSI_DT_INVALID)); /* packed: becomes BSQ */
+    /* keep the BIP layout on the device too: copy the raw bytes */
+    CHECK(hsi_cuda_buffer(&db, (size_t)c->in_bytes));
+    CHECK(hsi_cuda_upload(db->data, c->raw.buf->data, (size_t)c->in_bytes));
+    CHECK(hsi_view_make(&c->dbip, db, 0, HSI_U16, 3, c->cube.shape, c->cube.strides, 0));
+    CHECK(hsi_cuda_malloc((void **)&c->dout, sizeof(float) * (size_t)c->n_out));
+    c->hout = malloc(sizeof(float) * (size_t)c->n_out);
+    HCHECK(c->hout);
+    ok = 1;
+cleanup:
+    hsi_buffer_release(db); /* dbip holds its own reference */
+    return ok;
+}
+
+/* GPU statistics of a device cube: best of 3 after a warm-up */
+static void fused_stats_gpu(fused_ctx *c, const hsi_view *dv, const char *layout)
+{
+    char stage[64], key[64];
+    snprintf(stage, sizeof stage, "gpu_stats_%s", layout);
+    hsi_stats gs = {0};
+    double best = 1e30;
+    CHECK(hsi_stats_compute_cuda(&gs, dv, NULL)); /* warm-up */
+    hsi_stats_free(&gs);
+    memset(&gs, 0, sizeof gs);
+    for (int r = 0; r < 3; r++) {
+        double t = hsi_now();
+        CHECK(hsi_stats_compute_cuda(&gs, dv, NULL));
+        t = hsi_now() - t;
+        best = t < best ? t : best;
         hsi_stats_free(&gs);
-        best = 1e30;
-        for (int r = 0; r < 3; r++) {
-            t = hsi_now();
-            CHECK(hsi_stats_compute_cuda(&gs, dv[k], NULL));
-            t = hsi_now() - t;
-            best = t < best ? t : best;
-            hsi_stats_free(&gs);
-        }
-        fprintf(js, "  \"gpu_stats_device_%s_gbps\": %.1f,\n", names[k], gbps(in_bytes, best));
-        fprintf(stderr, "GPU stats, device %s cube: %.1f GB/s\n", names[k], gbps(in_bytes, best));
-        hsi_fused_opts fo = {.tile_lines = 0};
-        CHECK(hsi_fused_run_cuda(dout, 1, dv[k], NULL, &pca, &fo));
-        CHECK(hsi_cuda_sync());
-        best = 1e30;
-        for (int r = 0; r < 3; r++) {
-            t = hsi_now();
-            CHECK(hsi_fused_run_cuda(dout, 1, dv[k], NULL, &pca, &fo));
-            CHECK(hsi_cuda_sync());
-            t = hsi_now() - t;
-            best = t < best ? t : best;
-        }
-        double out_bytes = (double)N * 4;
-        fprintf(js, "  \"gpu_fused_device_%s_in_gbps\": %.1f,\n", names[k], gbps(in_bytes, best));
-        fprintf(js, "  \"gpu_fused_device_%s_inout_gbps\": %.1f,\n", names[k],
-                gbps(in_bytes + out_bytes, best));
-        fprintf(stderr, "GPU fused zscore+PCA30, device %s cube -> device: %.1f GB/s in, %.1f GB/s in+out\n",
-                names[k], gbps(in_bytes, best), gbps(in_bytes + out_bytes, best));
+        memset(&gs, 0, sizeof gs);
     }
-    /* end to end from the host cube (BIP, pageable) into host memory */
+    snprintf(key, sizeof key, "gpu_stats_device_%s_gbps", layout);
+    emit(key, "%.1f", gbps(c->in_bytes, best));
+    fprintf(stderr, "GPU stats, device %s cube: %.1f GB/s\n", layout, gbps(c->in_bytes, best));
+cleanup:
+    hsi_stats_free(&gs);
+}
+
+/* GPU fused pass, device cube -> device output: best of 3 after a warm-up */
+static void fused_gpu(fused_ctx *c, const hsi_view *dv, const char *layout)
+{
+    char stage[64], key[64];
+    snprintf(stage, sizeof stage, "gpu_fused_%s", layout);
     hsi_fused_opts fo = {.tile_lines = 0};
-    CHECK(hsi_fused_run_cuda(hout, 0, &cube, NULL, &pca, &fo));
-    t = hsi_now();
-    CHECK(hsi_fused_run_cuda(hout, 0, &cube, NULL, &pca, &fo));
-    t = hsi_now() - t;
-    fprintf(js, "  \"gpu_fused_host_to_host_gbps\": %.2f,\n", gbps(in_bytes, t));
-    fprintf(stderr, "GPU fused, host cube -> host output (tiles via pinned staging): %.2f GB/s\n",
-            gbps(in_bytes, t));
-    /* CPU fused pass on the same cube, all threads */
-    float *cout = malloc(sizeof(float) * (size_t)N);
-    t = hsi_now();
-    CHECK(hsi_fused_run(cout, &cube, NULL, &pca, NULL));
-    t = hsi_now() - t;
-    double maxd = 0, maxv = 0;
-    for (int64_t i = 0; i < N; i++) {
-        maxd = fmax(maxd, fabs((double)cout[i] - hout[i]));
-        maxv = fmax(maxv, fabs((double)cout[i]));
+    double best = 1e30, out_bytes = (double)c->n_out * 4;
+    CHECK(hsi_fused_run_cuda(c->dout, 1, dv, NULL, &c->pca, &fo));
+    CHECK(hsi_cuda_sync());
+    for (int r = 0; r < 3; r++) {
+        double t = hsi_now();
+        CHECK(hsi_fused_run_cuda(c->dout, 1, dv, NULL, &c->pca, &fo));
+        CHECK(hsi_cuda_sync());
+        t = hsi_now() - t;
+        best = t < best ? t : best;
     }
-    fprintf(js, "  \"cpu_fused_gbps\": %.2f,\n  \"fused_gpu_cpu_max_abs_diff_rel\": %.3g,\n",
-            gbps(in_bytes, t), maxd / (maxv > 0 ? maxv : 1));
-    fprintf(stderr, "CPU fused (same cube, all threads): %.2f GB/s; GPU vs CPU max diff %.3g of max %.3g\n",
-            gbps(in_bytes, t), maxd, maxv);
+    snprintf(key, sizeof key, "gpu_fused_device_%s_in_gbps", layout);
+    emit(key, "%.1f", gbps(c->in_bytes, best));
+    snprintf(key, sizeof key, "gpu_fused_device_%s_inout_gbps", layout);
+    emit(key, "%.1f", gbps(c->in_bytes + out_bytes, best));
+    fprintf(stderr, "GPU fused zscore+PCA30, device %s cube -> device: %.1f GB/s in, %.1f GB/s in+out\n",
+            layout, gbps(c->in_bytes, best), gbps(c->in_bytes + out_bytes, best));
+cleanup:
+    return;
+}
+
+/* end to end from the host cube (BIP, pageable) into host memory */
+static void fused_host(fused_ctx *c)
+{
+    const char *stage = "gpu_fused_host_to_host";
+    hsi_fused_opts fo = {.tile_lines = 0};
+    CHECK(hsi_fused_run_cuda(c->hout, 0, &c->cube, NULL, &c->pca, &fo));
+    double t = hsi_now();
+    CHECK(hsi_fused_run_cuda(c->hout, 0, &c->cube, NULL, &c->pca, &fo));
+    t = hsi_now() - t;
+    c->have_hout = 1;
+    emit("gpu_fused_host_to_host_gbps", "%.2f", gbps(c->in_bytes, t));
+    fprintf(stderr, "GPU fused, host cube -> host output (tiles via pinned staging): %.2f GB/s\n",
+            gbps(c->in_bytes, t));
+cleanup:
+    return;
+}
+
+/* the CPU fused pass on the same cube, all threads; the GPU difference
+ * when the host-to-host run produced an output */
+static void fused_cpu(fused_ctx *c)
+{
+    const char *stage = "cpu_fused";
+    float *cout = malloc(sizeof(float) * (size_t)c->n_out);
+    HCHECK(cout);
+    double t = hsi_now();
+    CHECK(hsi_fused_run(cout, &c->cube, NULL, &c->pca, NULL));
+    t = hsi_now() - t;
+    emit("cpu_fused_gbps", "%.2f", gbps(c->in_bytes, t));
+    fprintf(stderr, "CPU fused (same cube, all threads): %.2f GB/s\n", gbps(c->in_bytes, t));
+    if (c->have_hout) {
+        double maxd = 0, maxv = 0;
+        for (int64_t i = 0; i < c->n_out; i++) {
+            maxd = fmax(maxd, fabs((double)cout[i] - c->hout[i]));
+            maxv = fmax(maxv, fabs((double)cout[i]));
+        }
+        emit("fused_gpu_cpu_max_abs_diff_rel", "%.3g", maxd / (maxv > 0 ? maxv : 1));
+        fprintf(stderr, "GPU vs CPU fused max diff %.3g of max %.3g\n", maxd, maxv);
+    }
+cleanup:
     free(cout);
-    free(hout);
-    hsi_cuda_free(dout);
-    hsi_view_release(&dbip);
-    hsi_view_release(&dcube);
-    hsi_view_release(&sub);
-    hsi_pca_free(&pca);
-    hsi_norm_free(&nm);
-    hsi_stats_free(&st);
-    hsi_view_release(&cube);
-    hsi_view_release(&raw);
+}
+
+static void bench_fused(int64_t mib)
+{
+    fused_ctx c;
+    memset(&c, 0, sizeof c);
+    if (fused_setup(&c, mib)) {
+        fused_stats_gpu(&c, &c.dcube, "bsq");
+        fused_gpu(&c, &c.dcube, "bsq");
+        fused_stats_gpu(&c, &c.dbip, "bip");
+        fused_gpu(&c, &c.dbip, "bip");
+        fused_host(&c);
+        fused_cpu(&c);
+    }
+    fused_free(&c);
 }
 
 /* ------------------------------------------------------------- training */
 
 /* The model of nn.c trained on the GPU through hsi_dmodel (models/model_cuda.h):
- * what `hsi train --device cuda` runs per batch, dropout included. */
-static void bench_model(FILE *js, const char *name, int batch, int bands, int patch, int classes,
-                        int steps, int last)
+ * what `hsi train --device cuda` runs per batch, dropout included. key: the
+ * figure's name ("cnn2d", "cnn2d_b1024", "hybridsn"), also the stage. */
+static void bench_model(const char *key, const char *name, int batch, int bands, int patch,
+                        int classes, int steps)
 {
+    const char *stage = key;
     hsi_module *m = NULL;
     hsi_dmodel *d = NULL;
-    CHECK(hsi_model_create(&m, name, bands, patch, classes, HSI_F32, 1));
-    int64_t xs[5];
-    int nd = hsi_model_input_shape(name, batch, bands, patch, xs);
+    float *h = NULL, *x = NULL;
+    int32_t *t = NULL, *y = NULL;
+    int64_t xs[5], nx = 1;
     hsi_optim_config cfg;
+    hsi_cuda_mem_stats a, b;
+    double loss0 = 0, loss1 = 0, tt, ti;
+    const float *logits = NULL;
+    CHECK(hsi_model_create(&m, name, bands, patch, classes, HSI_F32, 1));
+    int nd = hsi_model_input_shape(name, batch, bands, patch, xs);
     hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
     CHECK(hsi_dmodel_create(&d, m, nd - 1, xs + 1, batch, &cfg, 1));
-    int64_t nx = 1;
     for (int i = 0; i < nd; i++) nx *= xs[i];
-    float *h = malloc(sizeof(float) * (size_t)nx);
+    h = malloc(sizeof(float) * (size_t)nx);
+    t = malloc(sizeof(int32_t) * (size_t)batch);
+    HCHECK(h);
+    HCHECK(t);
     for (int64_t i = 0; i < nx; i++) h[i] = frand();
-    float *x = dmalloc(sizeof(float) * (size_t)nx);
-    CHECK(hsi_cuda_upload(x, h, sizeof(float) * (size_t)nx));
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)batch);
     for (int i = 0; i < batch; i++) t[i] = i % classes;
-    int32_t *y = dmalloc(sizeof(int32_t) * (size_t)batch);
+    CHECK(hsi_cuda_malloc((void **)&x, sizeof(float) * (size_t)nx));
+    CHECK(hsi_cuda_upload(x, h, sizeof(float) * (size_t)nx));
+    CHECK(hsi_cuda_malloc((void **)&y, sizeof(int32_t) * (size_t)batch));
     CHECK(hsi_cuda_upload(y, t, sizeof(int32_t) * (size_t)batch));
-    double loss0 = 0, loss1 = 0;
     CHECK(hsi_dmodel_train_step(d, x, y, batch));
     CHECK(hsi_dmodel_loss(d, &loss0));
     for (int i = 0; i < 2; i++) CHECK(hsi_dmodel_train_step(d, x, y, batch)); /* warm-up */
-    hsi_cuda_mem_stats a, b;
     CHECK(hsi_cuda_sync());
     hsi_cuda_mem_get(&a);
-    double tt = hsi_now();
+    tt = hsi_now();
     for (int i = 0; i < steps; i++) CHECK(hsi_dmodel_train_step(d, x, y, batch));
     CHECK(hsi_cuda_sync());
     tt = hsi_now() - tt;
     hsi_cuda_mem_get(&b);
     CHECK(hsi_dmodel_loss(d, &loss1));
     double train_sps = (double)batch * steps / tt;
-    const float *logits = NULL;
+    long long mallocs = (long long)(b.n_cuda_malloc - a.n_cuda_malloc);
+    /* the training figures first: an inference failure keeps them */
+    emit(key,
+         "{\"batch\": %d, \"train_samples_per_s\": %.1f, \"ms_per_step\": %.3f, "
+         "\"loss_first\": %.5f, \"loss_last\": %.5f, \"steady_cuda_mallocs\": %lld}",
+         batch, train_sps, 1e3 * tt / steps, loss0, loss1, mallocs);
+    fprintf(stderr, "%s (batch %d) on the GPU: train %.0f samples/s (%.2f ms/step); loss %.4f -> %.4f; "
+                    "cudaMalloc calls in the timed steps: %lld\n",
+            name, batch, train_sps, 1e3 * tt / steps, loss0, loss1, mallocs);
     CHECK(hsi_dmodel_predict(d, &logits, x, batch));
     CHECK(hsi_cuda_sync());
-    double ti = hsi_now();
+    ti = hsi_now();
     for (int i = 0; i < steps; i++) CHECK(hsi_dmodel_predict(d, &logits, x, batch));
     CHECK(hsi_cuda_sync());
     ti = hsi_now() - ti;
-    double infer_sps = (double)batch * steps / ti;
-    fprintf(stderr, "%s on the GPU: train %.0f samples/s (%.2f ms/step), infer %.0f samples/s; "
-                    "loss %.4f -> %.4f; cudaMalloc calls in the timed steps: %lld\n",
-            name, train_sps, 1e3 * tt / steps, infer_sps, loss0, loss1,
-            (long long)(b.n_cuda_malloc - a.n_cuda_malloc));
-    fprintf(js,
-            "  \"%s\": {\"train_samples_per_s\": %.1f, \"infer_samples_per_s\": %.1f, "
-            "\"ms_per_step\": %.3f, \"loss_first\": %.5f, \"loss_last\": %.5f, "
-            "\"steady_cuda_mallocs\": %lld}%s\n",
-            name, train_sps, infer_sps, 1e3 * tt / steps, loss0, loss1,
-            (long long)(b.n_cuda_malloc - a.n_cuda_malloc), last ? "" : ",");
-    hsi_cuda_free(x);
+    char ikey[96];
+    snprintf(ikey, sizeof ikey, "%s_infer", key);
+    emit(ikey, "{\"batch\": %d, \"infer_samples_per_s\": %.1f}", batch, (double)batch * steps / ti);
+    fprintf(stderr, "%s (batch %d) on the GPU: infer %.0f samples/s\n", name, batch,
+            (double)batch * steps / ti);
+cleanup:
     hsi_cuda_free(y);
-    free(h);
+    hsi_cuda_free(x);
     free(t);
+    free(h);
     hsi_dmodel_free(d);
     hsi_module_free(m);
 }
@@ -280,44 +463,50 @@ static void bench_model(FILE *js, const char *name, int batch, int bands, int pa
  * pixels and labels of the epoch uploaded once, and per batch
  * hsi_patches_extract_cuda (mirror padding, flips and rotations) then
  * hsi_dmodel_train_step: no host transfer or synchronisation per batch. */
-static void bench_pipeline(FILE *js, int batch, int bands, int patch, int classes, int steps)
+static void bench_pipeline(int batch, int bands, int patch, int classes, int steps)
 {
+    const char *stage = "cnn2d_device_epoch";
     int64_t L = 512, S = 512, nc = (int64_t)bands * L * S, n = (int64_t)batch * steps;
-    float *h = malloc(sizeof(float) * (size_t)nc);
-    for (int64_t i = 0; i < nc; i++) h[i] = frand();
+    int64_t shape[3] = {bands, L, S}, xs[5];
+    float *h = NULL, *x = NULL;
+    int64_t *px = NULL, *dpx = NULL;
+    int32_t *lab = NULL, *dlab = NULL;
     hsi_buffer *cb = NULL;
+    hsi_view cube = {0};
+    hsi_module *m = NULL;
+    hsi_dmodel *d = NULL;
+    hsi_optim_config cfg;
+    hsi_augment aug = {.flips = 1, .rotations = 1};
+    double t, tp, loss = 0;
+    h = malloc(sizeof(float) * (size_t)nc);
+    px = malloc(sizeof(int64_t) * (size_t)n);
+    lab = malloc(sizeof(int32_t) * (size_t)n);
+    HCHECK(h);
+    HCHECK(px);
+    HCHECK(lab);
+    for (int64_t i = 0; i < nc; i++) h[i] = frand();
     CHECK(hsi_cuda_buffer(&cb, sizeof(float) * (size_t)nc));
     CHECK(hsi_cuda_upload(cb->data, h, sizeof(float) * (size_t)nc));
-    hsi_view cube;
-    int64_t shape[3] = {bands, L, S};
     CHECK(hsi_view_make_packed(&cube, cb, 0, HSI_F32, 3, shape));
-    hsi_buffer_release(cb);
-    int64_t *px = malloc(sizeof(int64_t) * (size_t)n);
-    int32_t *lab = malloc(sizeof(int32_t) * (size_t)n);
     for (int64_t i = 0; i < n; i++) {
         px[i] = (int64_t)((frand() + 1) * 0.5 * (double)(L * S - 1));
         lab[i] = (int32_t)(i % classes);
     }
-    int64_t *dpx = dmalloc(sizeof(int64_t) * (size_t)n);
-    int32_t *dlab = dmalloc(sizeof(int32_t) * (size_t)n);
+    CHECK(hsi_cuda_malloc((void **)&dpx, sizeof(int64_t) * (size_t)n));
+    CHECK(hsi_cuda_malloc((void **)&dlab, sizeof(int32_t) * (size_t)n));
     CHECK(hsi_cuda_upload(dpx, px, sizeof(int64_t) * (size_t)n));
     CHECK(hsi_cuda_upload(dlab, lab, sizeof(int32_t) * (size_t)n));
-    hsi_module *m = NULL;
-    hsi_dmodel *d = NULL;
     CHECK(hsi_model_create(&m, "cnn2d", bands, patch, classes, HSI_F32, 1));
-    int64_t xs[5];
     int nd = hsi_model_input_shape("cnn2d", batch, bands, patch, xs);
-    hsi_optim_config cfg;
     hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
     CHECK(hsi_dmodel_create(&d, m, nd - 1, xs + 1, batch, &cfg, 1));
-    float *x = dmalloc(sizeof(float) * (size_t)batch * bands * patch * patch);
-    hsi_augment aug = {.flips = 1, .rotations = 1};
+    CHECK(hsi_cuda_malloc((void **)&x, sizeof(float) * (size_t)batch * bands * patch * patch));
     for (int i = 0; i < 2; i++) { /* warm-up */
         CHECK(hsi_patches_extract_cuda(x, &cube, patch, HSI_PAD_MIRROR, &aug, dpx, batch, 1, i));
         CHECK(hsi_dmodel_train_step(d, x, dlab, batch));
     }
     CHECK(hsi_cuda_sync());
-    double t = hsi_now(), tp = 0;
+    t = hsi_now();
     for (int i = 0; i < steps; i++) {
         CHECK(hsi_patches_extract_cuda(x, &cube, patch, HSI_PAD_MIRROR, &aug, dpx + (int64_t)i * batch,
                                        batch, 1, (uint64_t)i));
@@ -325,6 +514,10 @@ static void bench_pipeline(FILE *js, int batch, int bands, int patch, int classe
     }
     CHECK(hsi_cuda_sync());
     t = hsi_now() - t;
+    CHECK(hsi_dmodel_loss(d, &loss));
+    emit("cnn2d_device_epoch_samples_per_s", "%.1f", (double)n / t);
+    fprintf(stderr, "cnn2d device-resident epoch (patches + step): %.0f samples/s; last loss %.4f\n",
+            (double)n / t, loss);
     /* patch extraction alone */
     tp = hsi_now();
     for (int i = 0; i < steps; i++)
@@ -332,39 +525,38 @@ static void bench_pipeline(FILE *js, int batch, int bands, int patch, int classe
                                        batch, 1, (uint64_t)i));
     CHECK(hsi_cuda_sync());
     tp = hsi_now() - tp;
-    double loss = 0;
-    CHECK(hsi_dmodel_loss(d, &loss));
-    fprintf(stderr, "cnn2d device-resident epoch (patches + step): %.0f samples/s; patches alone "
-                    "%.0f samples/s; last loss %.4f\n",
-            (double)n / t, (double)n / tp, loss);
-    fprintf(js, "  \"cnn2d_device_epoch_samples_per_s\": %.1f,\n  \"gpu_patches_samples_per_s\": %.1f,\n",
-            (double)n / t, (double)n / tp);
+    emit("gpu_patches_samples_per_s", "%.1f", (double)n / tp);
+    fprintf(stderr, "GPU patch extraction alone: %.0f samples/s\n", (double)n / tp);
+cleanup:
     hsi_cuda_free(x);
-    hsi_cuda_free(dpx);
-    hsi_cuda_free(dlab);
     hsi_dmodel_free(d);
     hsi_module_free(m);
+    hsi_cuda_free(dlab);
+    hsi_cuda_free(dpx);
     hsi_view_release(&cube);
-    free(px);
+    hsi_buffer_release(cb);
     free(lab);
+    free(px);
     free(h);
 }
 
 /* The CPU engine's step (as `hsi bench model`): same model, batch, AdamW. */
-static void bench_model_cpu(FILE *js, const char *name, int batch, int bands, int patch,
-                            int classes, int steps)
+static void bench_model_cpu(const char *name, int batch, int bands, int patch, int classes, int steps)
 {
+    char stage[64];
+    snprintf(stage, sizeof stage, "%s_cpu", name);
     hsi_module *m = NULL;
     hsi_optim *o = NULL;
     hsi_graph *g = NULL;
     hsi_tensor *x = NULL, *y = NULL;
+    hsi_optim_config cfg;
+    int64_t xs[5], ys[1] = {batch};
+    double t = 0;
     hsi_manual_seed(1);
     CHECK(hsi_model_create(&m, name, bands, patch, classes, HSI_F32, 1));
-    hsi_optim_config cfg;
     hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
     CHECK(hsi_optim_new(&o, &cfg, m));
     CHECK(hsi_graph_new(&g));
-    int64_t xs[5], ys[1] = {batch};
     int nd = hsi_model_input_shape(name, batch, bands, patch, xs);
     CHECK(hsi_tensor_new(&x, HSI_F32, nd, xs, 0));
     CHECK(hsi_tensor_new(&y, HSI_I64, 1, ys, 0));
@@ -372,7 +564,6 @@ static void bench_model_cpu(FILE *js, const char *name, int batch, int bands, in
     for (int64_t i = 0; i < hsi_tensor_count(x); i++) xp[i] = frand();
     int64_t *yp = hsi_tensor_ptr(y);
     for (int i = 0; i < batch; i++) yp[i] = i % classes;
-    double t = 0;
     for (int s = 0; s < 2 + steps; s++) {
         double t0 = hsi_now(), loss = 0;
         hsi_graph_reset(g);
@@ -383,12 +574,13 @@ static void bench_model_cpu(FILE *js, const char *name, int batch, int bands, in
     /* the engine's threads: HSI_THREADS, else every core (its BLAS calls are single-threaded) */
     const char *ht = getenv("HSI_THREADS");
     int n_threads = ht && atoi(ht) > 0 ? atoi(ht) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    fprintf(stderr, "%s on the CPU engine (%d threads): train %.0f samples/s\n", name, n_threads,
-            sps);
-    fprintf(js, "  \"%s_cpu\": {\"train_samples_per_s\": %.1f, \"threads\": %d},\n", name, sps,
-            n_threads);
-    hsi_tensor_free(x);
+    fprintf(stderr, "%s on the CPU engine (%d threads, batch %d): train %.0f samples/s\n", name,
+            n_threads, batch, sps);
+    emit(stage, "{\"batch\": %d, \"train_samples_per_s\": %.1f, \"threads\": %d}", batch, sps,
+         n_threads);
+cleanup:
     hsi_tensor_free(y);
+    hsi_tensor_free(x);
     hsi_graph_free(g);
     hsi_optim_free(o);
     hsi_module_free(m);
@@ -397,53 +589,69 @@ static void bench_model_cpu(FILE *js, const char *name, int batch, int bands, in
 int main(int argc, char **argv)
 {
     int64_t mib = 400;
-    int batch = 128, bands = 30, patch = 11, classes = 16, steps = 20, cpu_steps = 5, cpu_only = 0;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        long v = strtol(argv[i + 1], NULL, 10);
+    int batch = 128, batch2 = 1024, bands = 30, patch = 11, classes = 16, steps = 20;
+    int cpu_steps = 5, cpu_only = 0, probe = 0;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) {
+            fprintf(stderr, "gpu_bench: option %s needs a value\n", argv[i]);
+            return 2;
+        }
+        char *end = NULL;
+        long v = strtol(argv[i + 1], &end, 10);
+        if (!end || *end || end == argv[i + 1]) {
+            fprintf(stderr, "gpu_bench: %s expects an integer, found '%s'\n", argv[i], argv[i + 1]);
+            return 2;
+        }
         if (!strcmp(argv[i], "--mib")) mib = v;
         else if (!strcmp(argv[i], "--batch")) batch = (int)v;
+        else if (!strcmp(argv[i], "--batch2")) batch2 = (int)v;
         else if (!strcmp(argv[i], "--bands")) bands = (int)v;
         else if (!strcmp(argv[i], "--patch")) patch = (int)v;
         else if (!strcmp(argv[i], "--classes")) classes = (int)v;
         else if (!strcmp(argv[i], "--steps")) steps = (int)v;
         else if (!strcmp(argv[i], "--cpu-steps")) cpu_steps = (int)v;
         else if (!strcmp(argv[i], "--cpu-only")) cpu_only = (int)v;
+        else if (!strcmp(argv[i], "--probe")) probe = (int)v;
         else {
             fprintf(stderr, "gpu_bench: unknown option %s\n", argv[i]);
             return 2;
         }
     }
+    if (batch <= 0 || batch2 < 0 || steps <= 0 || cpu_steps < 0 || mib <= 0 || bands <= 0 ||
+        patch <= 0 || classes <= 0) {
+        fprintf(stderr, "gpu_bench: --batch, --steps, --mib, --bands, --patch, --classes must be > 0; "
+                        "--batch2 and --cpu-steps >= 0\n");
+        return 2;
+    }
+    emit("train_config", "{\"batch\": %d, \"batch2\": %d, \"bands\": %d, \"patch\": %d, \"classes\": %d, "
+                         "\"steps\": %d, \"cpu_steps\": %d}",
+         batch, batch2, bands, patch, classes, steps, cpu_steps);
     if (cpu_only) { /* the CPU engine part alone (checks this program without a GPU) */
-        printf("{\n");
-        bench_model_cpu(stdout, "cnn2d", batch, bands, patch, classes, cpu_steps);
-        bench_model_cpu(stdout, "hybridsn", batch, bands, patch, classes, cpu_steps);
-        printf("  \"cpu_only\": 1\n}\n");
-        return 0;
+        bench_model_cpu("cnn2d", batch, bands, patch, classes, cpu_steps > 0 ? cpu_steps : 1);
+        bench_model_cpu("hybridsn", batch, bands, patch, classes, cpu_steps > 0 ? cpu_steps : 1);
+        emit("gpu_bench_errors", "%d", g_n_errors);
+        return g_n_errors ? 1 : 0;
     }
-    if (hsi_cuda_require("gpu_bench") != HSI_OK) {
-        fprintf(stderr, "gpu_bench: %s\n", hsi_last_error());
-        return 3;
+    int rc = bench_device();
+    if (rc != 0 || probe) {
+        emit("gpu_bench_errors", "%d", g_n_errors);
+        return rc;
     }
-    struct cudaDeviceProp prop;
-    int dev = 0;
-    CUCHECK(cudaGetDevice(&dev));
-    CUCHECK(cudaGetDeviceProperties(&prop, dev));
-    FILE *js = stdout;
-    fprintf(js, "{\n  \"device\": \"%s\",\n  \"device_memory_gib\": %.1f,\n", prop.name,
-            (double)prop.totalGlobalMem / 1073741824.0);
-    fprintf(stderr, "device: %s\n", prop.name);
-    bench_copies(js);
-    bench_fused(js, mib);
-    fprintf(js, "  \"train_config\": {\"batch\": %d, \"bands\": %d, \"patch\": %d, \"classes\": %d, "
-                "\"steps\": %d},\n",
-            batch, bands, patch, classes, steps);
+    /* most wanted first: what a timeout cuts off is the end */
+    bench_copies();
+    bench_model("cnn2d", "cnn2d", batch, bands, patch, classes, steps);
+    if (batch2 > 0) {
+        char key[32];
+        snprintf(key, sizeof key, "cnn2d_b%d", batch2);
+        bench_model(key, "cnn2d", batch2, bands, patch, classes, steps);
+    }
+    bench_model("hybridsn", "hybridsn", batch, bands, patch, classes, steps);
+    bench_fused(mib);
+    bench_pipeline(batch, bands, patch, classes, steps);
     if (cpu_steps > 0) {
-        bench_model_cpu(js, "cnn2d", batch, bands, patch, classes, cpu_steps);
-        bench_model_cpu(js, "hybridsn", batch, bands, patch, classes, cpu_steps);
+        bench_model_cpu("cnn2d", batch, bands, patch, classes, cpu_steps);
+        bench_model_cpu("hybridsn", batch, bands, patch, classes, cpu_steps);
     }
-    bench_pipeline(js, batch, bands, patch, classes, steps);
-    bench_model(js, "cnn2d", batch, bands, patch, classes, steps, 0);
-    bench_model(js, "hybridsn", batch, bands, patch, classes, steps, 1);
-    fprintf(js, "}\n");
-    return 0;
+    emit("gpu_bench_errors", "%d", g_n_errors);
+    return g_n_errors ? 1 : 0;
 }

@@ -1,136 +1,198 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the one prepared script for a GPU session (issue 7), under
-# 10 minutes on an H200: (1) the CUDA test suites (`--require-cuda cuda`:
-# fails without a device), (2) bench/gpu_bench (H2D GB/s pinned vs pageable,
-# device memcpy GB/s, GPU stats / fused GB/s vs the CPU fused pass, cnn2d and
-# HybridSN training samples/s on the card vs the CPU engine), (3)
-# bench/torch_gpu.py (the same models in PyTorch on the same card). Every
-# output goes to $OUT (the device tool's folder) or bench/out/gpu, and a
-# summary of the figures is printed last. Not a test of the CPU code.
+# gpu_check.sh — the one prepared script for a GPU session (issues 7 and 12),
+# under 8 minutes, in stages, each with its own time budget:
+#   binaries   10 s  unpack the carried build (or build here, see below), check
+#                    every file is there and every library it needs is found
+#   probe      15 s  nvidia-smi and `gpu_bench --probe 1` (the CUDA runtime's
+#                    own error when it sees no device: a driver older than the
+#                    runtime is said as such)
+#   tests     105 s  the CUDA suites (`--require-cuda cuda`: fail without a device)
+#   memcheck   90 s  compute-sanitizer memcheck on the CUDA suites, cuda_fused
+#                    included, and the loader's (pipeline_loader_cuda), with
+#                    HSI_CUDA_NO_CACHE=1 (exact cudaMalloc/cudaFree: overruns
+#                    and uses after free are seen); cuda_mem (whose allocator
+#                    tests need the cache) in a second run
+#   racecheck  40 s  compute-sanitizer racecheck on the shared-memory
+#                    reductions: cuda_stats, cuda_ops (cross-entropy),
+#                    cuda_layers (bias / batch-norm sums), one run each
+#   gpu_bench 130 s  hsi's GPU figures (H2D pinned/pageable, device memcpy,
+#                    GPU stats and fused pass vs the CPU one, cnn2d at batch
+#                    128 and 1024 and HybridSN on the card and on the CPU engine)
+#   torch      80 s  bench/torch_gpu.py: the same models in PyTorch on the same
+#                    card, FP32 (no TF32) and TF32, in the environment this
+#                    script was started with (none of hsi's library paths)
+# 470 s in all (a 476 s deadline with the script's own work). A stage runs
+# only when the time left covers its budget, else it is reported as skipped
+# with the reason, as is a stage whose inputs failed. Every stage prints one status line ("== [stage] STATUS ...") and
+# appends one JSON line to $OUT/results.jsonl as soon as it ends (with the
+# figures of gpu_bench and torch_gpu.py as {"stage", "figure"} lines), so a
+# crash later loses nothing; the producers' own JSON lines are in
+# gpu_bench.jsonl / torch_gpu.jsonl, the logs beside them. $OUT is the
+# device tool's folder, else bench/out/gpu. A summary (hsi vs PyTorch on the
+# same card, FP32 and TF32) is printed last.
 #
-# Binaries: when this machine has nvcc and the Debian -dev libraries, the
-# project is built here (make, hsi_tests: `make test-cuda`'s suites, the
-# Salinas-A one too if HSI_SHARED_DATA points at the data); otherwise the
-# portable build made beforehand by bench/gpu_prepare.sh is used:
+# Binaries: the portable build made beforehand by bench/gpu_prepare.sh:
 #   here (build machine):  bash bench/gpu_prepare.sh
 #   device tool:           run(command="bash bench/gpu_check.sh",
-#                              carry=["build/gpu/run.tar.xz"], timeout_s=560)
-# HSI_GPU_CHECK_MODE=carried forces the carried build even where a local
-# build would be possible. Exit status 0 only when the suites and the
-# benchmark both succeeded.
+#                              carry=["build/gpu/run.tar.xz"], timeout_s=540)
+# Without a carried build, where this machine has nvcc and the -dev
+# libraries, the project is built here instead (budget 200 s, which leaves
+# the later stages less time: some are then skipped). HSI_GPU_CHECK_MODE:
+# carried (only the carried build), local (only a build here), summary (no
+# stages: print the summary of the JSON lines already in $OUT);
+# HSI_GPU_CHECK_TOTAL_S (default 476) moves the deadline, for trying the
+# skipping. Exit status 0 only when the binaries, the probe, the suites and
+# the benchmark all succeeded.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 O=${OUT:-bench/out/gpu}
-mkdir -p "$O"
-exec > >(tee "$O/gpu_check.log") 2>&1
-t_start=$(date +%s)
-echo "== gpu_check $(date -u +%FT%TZ) on $(hostname), $(nproc) cores"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
-    --format=csv 2>&1 | head -3
-NVCC=$(command -v nvcc || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; } || true)
-echo "nvcc: ${NVCC:-none} $($NVCC --version 2>/dev/null | tail -1)"
+mkdir -p "$O" || exit 2
+RES=$O/results.jsonl
+MODE=${HSI_GPU_CHECK_MODE:-auto}
+TOTAL=${HSI_GPU_CHECK_TOTAL_S:-476} # the deadline: the budgets (470 s) plus a few seconds for the script itself
+declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=105 [memcheck]=90 [racecheck]=40
+                   [gpu_bench]=130 [torch]=80)
+T0=$(date +%s)
+# the environment as it was started: what PyTorch gets
+START_LD=${LD_LIBRARY_PATH-}
 
-# ---- binaries
-rc_build=0
-if [ "${HSI_GPU_CHECK_MODE:-}" != carried ] && [ -n "$NVCC" ] && pkg-config --exists openblas lapacke gdal matio libxml-2.0 libcjson 2>/dev/null &&
-   { pkg-config --exists cunit 2>/dev/null || test -f /usr/include/CUnit/CUnit.h; }; then
-    echo "== building here (nvcc and the libraries are present)"
-    make --no-print-directory -j"$(nproc)" all build/hsi_tests > "$O/build.log" 2>&1 || rc_build=$?
-    LDLIBS=$(make -s --no-print-directory --eval 'print-ldlibs: ; @echo $(LDLIBS)' print-ldlibs)
-    CFLAGS=$(make -s --no-print-directory --eval 'print-cflags: ; @echo $(CFLAGS)' print-cflags |
-             sed 's/-MMD -MP//')
-    CUDA_HOME=$(make -s --no-print-directory --eval 'print-cudahome: ; @echo $(CUDA_HOME)' print-cudahome)
-    # beside build/libhsi_cuda.so (libhsi finds the plugin there); gpu_bench also calls cudart
-    [ $rc_build -eq 0 ] && { cc $CFLAGS -I"$CUDA_HOME/include" -rdynamic bench/gpu_bench.c build/libhsi.a \
-        $LDLIBS -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -o build/gpu_bench \
-        >> "$O/build.log" 2>&1 || rc_build=$?; }
-    TESTS=(./build/hsi_tests --require-cuda cuda)
-    BENCH=./build/gpu_bench
-else
-    echo "== using the carried portable build (bench/gpu_prepare.sh)"
-    if [ ! -f build/gpu/run.tar.xz ] && [ ! -x build/gpu/run/gpu_tests ]; then
-        echo "gpu_check: no build/gpu/run.tar.xz: run bench/gpu_prepare.sh on the build machine and"
-        echo "           carry build/gpu/run.tar.xz (nvcc or the -dev libraries are missing here)"
-        exit 2
+if [ "$MODE" != summary ]; then
+    # this run's outputs only: a figure the summary prints was measured now
+    rm -f "$RES" "$O"/{gpu_bench,torch_gpu,probe}.jsonl "$O"/*.log "$O"/{gpu_bench,torch_gpu}.err
+    : > "$RES"
+    exec > >(tee "$O/gpu_check.log") 2>&1
+    TEE_PID=$!
+fi
+
+now() { date +%s; }
+elapsed() { echo $(( $(now) - T0 )); }
+left() { echo $(( TOTAL - $(elapsed) )); }
+
+json_escape() { # $1 as the inside of a JSON string
+    local s=$1
+    s=${s//\\/\\\\}
+    s=${s//\"/\\\"}
+    s=${s//$'\n'/\\n}
+    s=${s//$'\t'/\\t}
+    s=${s//[$'\001'-$'\037']/}
+    printf '%s' "$s"
+}
+
+# result STAGE STATUS RC SECONDS DETAIL: the status line and the JSON line.
+# STATUS: ok, failed, timeout, skipped. RC: a number or null.
+result() {
+    local stage=$1 status=$2 rc=$3 secs=$4 detail=$5 budget=${BUDGET[${1%%:*}]:-null}
+    local up
+    up=$(printf '%s' "$status" | tr '[:lower:]' '[:upper:]')
+    if [ "$status" = skipped ]; then
+        echo "== [$stage] SKIPPED: $detail"
+    else
+        echo "== [$stage] $up ($( [ "$rc" != null ] && printf 'exit status %s, ' "$rc")$secs s of $budget s): $detail"
     fi
-    [ -f build/gpu/run.tar.xz ] && tar -C build/gpu -xJf build/gpu/run.tar.xz
-    CUDALIB=""
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-        [ -e "$d/libcublas.so.13" ] && { CUDALIB=$d; break; }
-    done
-    if [ -z "$CUDALIB" ]; then
-        f=$(find /usr/local /opt /usr/lib -name 'libcublas.so.13*' -print -quit 2>/dev/null)
-        [ -n "$f" ] && CUDALIB=$(dirname "$f")
-        g=$(find /usr/local /opt /usr/lib -name 'libcudart.so.13*' -print -quit 2>/dev/null)
-        [ -n "$g" ] && CUDALIB="$CUDALIB:$(dirname "$g")"
+    printf '{"stage": "%s", "status": "%s", "rc": %s, "seconds": %s, "budget_s": %s, "elapsed_s": %s, "detail": "%s"}\n' \
+        "$stage" "$status" "$rc" "$secs" "$budget" "$(elapsed)" "$(json_escape "$detail")" >> "$RES"
+}
+
+# fits STAGE: 0 when the time left covers the stage's budget, else reports it skipped
+fits() {
+    local l
+    l=$(left)
+    if [ "$l" -lt "${BUDGET[$1]}" ]; then
+        result "$1" skipped null 0 "only $l s left of the $TOTAL s total; the stage needs ${BUDGET[$1]} s"
+        return 1
     fi
-    export LD_LIBRARY_PATH="$PWD/build/gpu/run/lib${CUDALIB:+:$CUDALIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-    if ldd build/gpu/run/gpu_tests build/gpu/run/libhsi_cuda.so | grep "not found"; then rc_build=1; fi
-    TESTS=(./build/gpu/run/gpu_tests --require-cuda cuda)
-    BENCH=./build/gpu/run/gpu_bench
-fi
-if [ $rc_build -ne 0 ]; then
-    echo "gpu_check: the binaries are not usable (see $O/build.log / the ldd lines above)"
-    tail -30 "$O/build.log" 2>/dev/null
-fi
+}
 
-# ---- 1. the CUDA suites (make test-cuda's command)
-echo "== CUDA test suites: ${TESTS[*]}"
-rc_tests=1
-if [ $rc_build -eq 0 ]; then
-    timeout 240 "${TESTS[@]}" > "$O/tests.log" 2>&1
-    rc_tests=$?
-    grep -E "^Suite|Test:.*(passed|FAILED)|^ +[0-9]+\. |skipped" "$O/tests.log" | grep -v "^$" | head -80
-    tail -8 "$O/tests.log"
-fi
-echo "tests exit status: $rc_tests"
+# timed SECONDS LOG CMD...: runs CMD under timeout (TERM, then KILL 2 s later,
+# both within SECONDS), stdout and stderr to LOG; sets RC and SECS
+timed() {
+    local lim=$1 log=$2 t
+    shift 2
+    [ "$lim" -lt 3 ] && lim=3
+    t=$(now)
+    timeout -k 2 $((lim - 2)) "$@" > "$log" 2>&1
+    RC=$?
+    SECS=$(( $(now) - t ))
+}
 
-# ---- 1b. the kernels under compute-sanitizer memcheck (out-of-bounds and
-# misaligned accesses, launch errors), when the tool is there and time allows
-SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
-    /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1 || true)
-if [ $rc_build -eq 0 ] && [ -n "$SAN" ] && [ $(( $(date +%s) - t_start )) -lt 240 ]; then
-    echo "== compute-sanitizer memcheck (90 s at most)"
-    timeout 90 "$SAN" --tool memcheck --error-exitcode 9 "${TESTS[0]}" cuda_mem cuda_stats \
-        cuda_patches cuda_layers cuda_ops cuda_model > "$O/memcheck.log" 2>&1
-    echo "memcheck exit status: $? (0 clean, 9 errors found, 124 timed out)"
-    grep -E "ERROR SUMMARY|Invalid|out of bounds|misaligned" "$O/memcheck.log" | sort | uniq -c | head -20
-fi
+# status of an exit code from timed: ok, timeout or failed
+rc_status() { case $1 in 0) echo ok ;; 124|137) echo timeout ;; *) echo failed ;; esac; }
 
-# ---- 2. hsi's GPU figures
-echo "== gpu_bench"
-rc_bench=1
-if [ $rc_build -eq 0 ]; then
-    HSI_THREADS=$(nproc) OPENBLAS_NUM_THREADS=$(nproc) timeout 200 $BENCH --mib 400 --steps 20 \
-        --cpu-steps 5 > "$O/gpu_bench.json" 2> "$O/gpu_bench.err"
-    rc_bench=$?
-    cat "$O/gpu_bench.err"
-fi
-echo "gpu_bench exit status: $rc_bench"
+# figures FILE STAGE: FILE's JSON lines into results.jsonl as {"stage", "figure"}
+figures() {
+    local line
+    [ -f "$1" ] || return 0
+    while IFS= read -r line; do
+        case $line in
+        \{*\}) printf '{"stage": "%s", "figure": %s}\n' "$2" "$line" >> "$RES" ;;
+        esac
+    done < "$1"
+}
 
-# ---- 3. PyTorch on the same card
-echo "== torch_gpu.py"
-PY=python3
-$PY -c "import torch" 2>/dev/null || PY=/usr/bin/python3
-PYTHONUNBUFFERED=1 timeout 150 $PY bench/torch_gpu.py --steps 20 > "$O/torch_gpu.json" 2> "$O/torch_gpu.err"
-rc_torch=$?
-tail -5 "$O/torch_gpu.err"
-echo "torch_gpu exit status: $rc_torch"
+# the error messages of a producer's JSON lines, one per line
+errors_of() {
+    [ -f "$1" ] && sed -n 's/.*"stage": *"\([^"]*\)", *"error": *"\(.*\)"}$/\1: \2/p' "$1" | head -"${2:-20}"
+}
 
-# ---- summary
-$PY - "$O" <<'PY' 2>&1 || true
+PY=""
+for p in python3 /usr/bin/python3 /usr/local/bin/python3 /opt/conda/bin/python3; do
+    command -v "$p" > /dev/null 2>&1 && { PY=$(command -v "$p"); break; }
+done
+
+summary() {
+    [ -n "$PY" ] || { echo "== summary: no python3 here; the figures are in $O/*.jsonl"; return; }
+    "$PY" - "$O" <<'PYEOF'
 import json, os, sys
+
 o = sys.argv[1]
-def load(n):
+
+
+def lines(name):
+    """The JSON lines of one producer: figures merged into a dict, errors apart."""
+    figs, errs, path = {}, [], os.path.join(o, name)
     try:
-        return json.load(open(os.path.join(o, n)))
-    except Exception as e:
-        print("(%s unreadable: %s)" % (n, e))
-        return {}
-g, t = load("gpu_bench.json"), load("torch_gpu.json")
+        f = open(path)
+    except OSError:  # a stage that did not run: its status line says why
+        return figs, errs
+    with f:
+        for n, text in enumerate(f, 1):
+            text = text.strip()
+            if not text:
+                continue
+            try:
+                d = json.loads(text)
+            except ValueError:
+                errs.append("%s line %d is not JSON: %.80s" % (name, n, text))
+                continue
+            if isinstance(d, dict) and "error" in d:
+                errs.append("%s: %s" % (d.get("stage", "?"), d["error"]))
+            elif isinstance(d, dict):
+                figs.update(d)
+    return figs, errs
+
+
+g, ge = lines("gpu_bench.jsonl")
+t, te = lines("torch_gpu.jsonl")
+stages = []
+try:
+    with open(os.path.join(o, "results.jsonl")) as f:
+        for text in f:
+            try:
+                d = json.loads(text)
+            except ValueError:
+                continue
+            if "status" in d:
+                stages.append(d)
+except OSError:
+    pass
 print("== summary")
-for k in ("device", "h2d_pinned_gbps", "h2d_pageable_gbps", "device_memcpy_gbps",
+for s in stages:
+    print("  %-22s %-8s %s" % (s["stage"], s["status"], s.get("detail", "")[:110]))
+if g.get("device") or t.get("device"):
+    print("  device: hsi %s | torch %s (torch %s, CUDA %s, cuDNN %s)"
+          % (g.get("device", "?"), t.get("device", "?"), t.get("torch", "?"),
+             t.get("torch_cuda", "?"), t.get("cudnn", "?")))
+for k in ("h2d_pinned_gbps", "h2d_pageable_gbps", "device_memcpy_gbps",
           "gpu_stats_device_bsq_gbps", "gpu_stats_device_bip_gbps",
           "gpu_fused_device_bsq_in_gbps", "gpu_fused_device_bip_in_gbps",
           "gpu_fused_device_bsq_inout_gbps", "gpu_fused_device_bip_inout_gbps",
@@ -138,27 +200,369 @@ for k in ("device", "h2d_pinned_gbps", "h2d_pageable_gbps", "device_memcpy_gbps"
           "gpu_patches_samples_per_s", "cnn2d_device_epoch_samples_per_s"):
     if k in g:
         print("  %-34s %s" % (k, g[k]))
-if "device_memcpy_gbps" in g:
+if g.get("device_memcpy_gbps"):
     for k in ("gpu_fused_device_bsq_inout_gbps", "gpu_fused_device_bip_inout_gbps"):
         if k in g:
-            print("  %-34s %.0f%% of device memcpy" % (k, 100 * g[k] / g["device_memcpy_gbps"]))
-if "h2d_pinned_gbps" in t:
+            print("  %-34s %.0f%% of device memcpy (aim >= 70%%)" % (k, 100 * g[k] / g["device_memcpy_gbps"]))
+if "h2d_pinned_gbps" in t and "h2d_pageable_gbps" in t:
     print("  torch h2d pinned / pageable GB/s   %.1f / %.1f" % (t["h2d_pinned_gbps"], t["h2d_pageable_gbps"]))
+cfg = g.get("train_config", {})
+b1, b2 = cfg.get("batch", 128), cfg.get("batch2", 1024)
+models = [("cnn2d", "cnn2d", b1)] + ([("cnn2d_b%d" % b2, "cnn2d", b2)] if b2 else []) + \
+         [("hybridsn", "hybridsn", b1)]
+ratios = {}
+print("  hsi (FP32) vs PyTorch on the same card, samples/s (ratio = hsi / torch; aim >= 1.0x vs FP32):")
+for key, name, batch in models:
+    a = g.get(key)
+    ai = g.get(key + "_infer", {})
+    for mode in ("fp32", "tf32"):
+        b = t.get("%s_%s" % (key, mode))
+        label = "%-8s b%-5d torch %s" % (name, batch, mode.upper())
+        if not a or not b:
+            print("    %s: missing (%s)" % (label, "; ".join(
+                w for w, ok in (("hsi figure %s" % key, a), ("torch figure %s_%s" % (key, mode), b))
+                if not ok)))
+            continue
+        r = a["train_samples_per_s"] / b["train_samples_per_s"]
+        ratios["%s_%s_train" % (key, mode)] = round(r, 3)
+        line = "    %s: train hsi %8.0f | torch %8.0f | %.2fx" % (
+            label, a["train_samples_per_s"], b["train_samples_per_s"], r)
+        if ai.get("infer_samples_per_s") and b.get("infer_samples_per_s"):
+            ri = ai["infer_samples_per_s"] / b["infer_samples_per_s"]
+            ratios["%s_%s_infer" % (key, mode)] = round(ri, 3)
+            line += "   infer hsi %8.0f | torch %8.0f | %.2fx" % (
+                ai["infer_samples_per_s"], b["infer_samples_per_s"], ri)
+        print(line)
 for m in ("cnn2d", "hybridsn"):
-    a, c = g.get(m, {}), g.get(m + "_cpu", {})
-    for mode in ("tf32conv", "fp32"):
-        b = t.get("%s_%s" % (m, mode), {})
-        if a and b:
-            print("  %-8s train samples/s: hsi GPU %8.0f | torch GPU (%s) %8.0f | ratio %.2fx" %
-                  (m, a["train_samples_per_s"], mode, b["train_samples_per_s"],
-                   a["train_samples_per_s"] / b["train_samples_per_s"]))
+    a, c = g.get(m), g.get(m + "_cpu")
     if a and c:
-        print("  %-8s train samples/s: hsi GPU %8.0f | hsi CPU (%d threads) %8.0f | ratio %.1fx" %
+        print("  %-8s train samples/s: hsi GPU %8.0f | hsi CPU (%d threads) %8.0f | %.1fx" %
               (m, a["train_samples_per_s"], c["threads"], c["train_samples_per_s"],
                a["train_samples_per_s"] / c["train_samples_per_s"]))
+for key, name, batch in models:
+    a = g.get(key)
     if a:
-        print("  %-8s hsi GPU loss %.4f -> %.4f (fixed batch; must fall), cudaMalloc in steady steps: %s"
-              % (m, a["loss_first"], a["loss_last"], a["steady_cuda_mallocs"]))
-PY
-echo "== done in $(( $(date +%s) - t_start )) s: tests $rc_tests, gpu_bench $rc_bench, torch $rc_torch"
-[ $rc_tests -eq 0 ] && [ $rc_bench -eq 0 ]
+        print("  %-12s hsi GPU loss %.4f -> %.4f (fixed batch; must fall), cudaMalloc in steady steps: %s"
+              % (key, a["loss_first"], a["loss_last"], a["steady_cuda_mallocs"]))
+for e in ge + te:
+    print("  error: %s" % e[:200])
+with open(os.path.join(o, "results.jsonl"), "a") as f:
+    f.write(json.dumps({"stage": "summary", "hsi_over_torch": ratios,
+                        "errors": len(ge) + len(te)}) + "\n")
+PYEOF
+}
+
+if [ "$MODE" = summary ]; then
+    summary
+    exit 0
+fi
+
+echo "== gpu_check $(date -u +%FT%TZ) on $(hostname), $(nproc) cores; results: $RES; budget $TOTAL s"
+
+# ---------------------------------------------------------------- binaries
+BIN_OK=0
+HSI_LD=""       # the library path of hsi's commands only (never exported)
+TESTS_BIN=""
+BENCH=""
+CARRIED_TAR=build/gpu/run.tar.xz
+NVCC=$(command -v nvcc || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; } || true)
+if [ "$MODE" = auto ]; then
+    if [ -f "$CARRIED_TAR" ] || [ -e build/gpu/run/gpu_tests ]; then MODE=carried; else MODE=local; fi
+fi
+
+if [ "$MODE" = local ]; then
+    echo "== [build] building here (no carried build/gpu/run.tar.xz)"
+    if [ -z "$NVCC" ]; then
+        result build failed null 0 "no carried $CARRIED_TAR and no nvcc here: run bench/gpu_prepare.sh on the build machine and carry $CARRIED_TAR"
+    elif ! pkg-config --exists openblas lapacke libcjson 2>/dev/null ||
+         ! { pkg-config --exists cunit 2>/dev/null || test -f /usr/include/CUnit/CUnit.h; }; then
+        result build failed null 0 "no carried $CARRIED_TAR, and the -dev libraries (openblas lapacke libcjson cunit) are missing here: carry $CARRIED_TAR from bench/gpu_prepare.sh"
+    elif fits build; then
+        timed "${BUDGET[build]}" "$O/build.log" make --no-print-directory -j"$(nproc)" all build/hsi_tests
+        if [ "$RC" -eq 0 ]; then
+            # shellcheck disable=SC2016 # make's $(...), not the shell's
+            LDLIBS=$(make -s --no-print-directory --eval 'print-ldlibs: ; @echo $(LDLIBS)' print-ldlibs)
+            # shellcheck disable=SC2016
+            CFLAGS=$(make -s --no-print-directory --eval 'print-cflags: ; @echo $(CFLAGS)' print-cflags |
+                     sed 's/-MMD -MP//')
+            # shellcheck disable=SC2016
+            CUDA_HOME=$(make -s --no-print-directory --eval 'print-cudahome: ; @echo $(CUDA_HOME)' print-cudahome)
+            t=$SECS
+            # beside build/libhsi_cuda.so (libhsi finds the plugin there); gpu_bench also calls cudart
+            # shellcheck disable=SC2086 # word lists
+            timed $(( BUDGET[build] - t )) "$O/build_gpu_bench.log" cc $CFLAGS -I"$CUDA_HOME/include" \
+                -rdynamic bench/gpu_bench.c build/libhsi.a $LDLIBS -L"$CUDA_HOME/lib64" \
+                -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -o build/gpu_bench
+            cat "$O/build_gpu_bench.log" >> "$O/build.log"
+            SECS=$(( SECS + t ))
+        fi
+        if [ "$RC" -eq 0 ]; then
+            BIN_OK=1
+            TESTS_BIN=./build/hsi_tests
+            BENCH=./build/gpu_bench
+            result build ok 0 "$SECS" "make all build/hsi_tests and build/gpu_bench (log $O/build.log)"
+        else
+            tail -20 "$O/build.log"
+            result build "$(rc_status "$RC")" "$RC" "$SECS" "the build failed: $(grep -m1 -E 'error|Error' "$O/build.log" || tail -1 "$O/build.log") (log $O/build.log)"
+        fi
+    fi
+else
+    echo "== [binaries] the carried portable build ($CARRIED_TAR, from bench/gpu_prepare.sh)"
+    R=build/gpu/run
+    t=$(now)
+    why=""
+    if [ -f "$CARRIED_TAR" ]; then
+        rm -rf "$R"
+        if ! timeout -k 1 7 tar -C build/gpu -xJf "$CARRIED_TAR" > "$O/tar.log" 2>&1; then
+            why="tar -xJf $CARRIED_TAR failed: $(tail -2 "$O/tar.log" | tr '\n' ' ')"
+        fi
+    elif [ ! -e "$R/gpu_tests" ]; then
+        why="no $CARRIED_TAR and no $R: run bench/gpu_prepare.sh on the build machine and carry $CARRIED_TAR"
+    fi
+    if [ -z "$why" ]; then
+        missing=""
+        for f in gpu_tests gpu_bench libhsi_cuda.so; do
+            [ -f "$R/$f" ] || missing="$missing $f"
+        done
+        for f in gpu_tests gpu_bench; do
+            [ -f "$R/$f" ] && [ ! -x "$R/$f" ] && missing="$missing $f(not executable)"
+        done
+        [ -n "$missing" ] && why="the carried build lacks$missing in $R"
+    fi
+    if [ -z "$why" ]; then
+        [ -f "$R/BUILD_INFO" ] && sed 's/^/   /' "$R/BUILD_INFO"
+        HSI_LD=$PWD/$R/lib
+        # the CUDA libraries the image has (the carried build does not copy them)
+        for pass in 1 2; do
+            notfound=$(for f in "$R/gpu_tests" "$R/gpu_bench" "$R/libhsi_cuda.so"; do
+                           LD_LIBRARY_PATH=$HSI_LD ldd "$f" 2>&1 | awk '/not found/ {print $1}'
+                       done | sort -u)
+            [ -z "$notfound" ] || [ $pass -eq 2 ] && break
+            # the toolkit's usual places, then one search (in the stage's time) for the rest
+            names=()
+            for so in $notfound; do
+                d=""
+                for c in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+                    [ -e "$c/$so" ] && { d=$c; break; }
+                done
+                if [ -n "$d" ]; then
+                    case ":$HSI_LD:" in *":$d:"*) ;; *) HSI_LD=$HSI_LD:$d ;; esac
+                else
+                    names+=(${names[0]+-o} -name "$so")
+                fi
+            done
+            l=$(( BUDGET[binaries] - 2 - ($(now) - t) ))
+            if [ ${#names[@]} -gt 0 ] && [ $l -ge 1 ]; then
+                while read -r d; do
+                    case ":$HSI_LD:" in *":$d:"*) ;; *) HSI_LD=$HSI_LD:$d ;; esac
+                done < <(timeout -k 1 "$l" find /usr/local /opt /usr/lib \( "${names[@]}" \) -print 2>/dev/null |
+                         xargs -r -n1 dirname | sort -u)
+            fi
+        done
+        if [ -n "$notfound" ]; then
+            why="libraries not found on this machine (searched $R/lib, /usr/local/cuda, /usr/local, /opt, /usr/lib): ${notfound//$'\n'/ }"
+        fi
+        for f in "$R/gpu_tests" "$R/gpu_bench" "$R/libhsi_cuda.so"; do
+            LD_LIBRARY_PATH=$HSI_LD ldd "$f" > /dev/null 2>&1 || why="${why:+$why; }ldd $f fails: $(LD_LIBRARY_PATH=$HSI_LD ldd "$f" 2>&1 | head -1)"
+        done
+        echo "   hsi's library path (its commands only): $HSI_LD"
+    fi
+    SECS=$(( $(now) - t ))
+    if [ -z "$why" ]; then
+        BIN_OK=1
+        TESTS_BIN=./$R/gpu_tests
+        BENCH=./$R/gpu_bench
+        result binaries ok 0 "$SECS" "$R unpacked, every library found"
+    else
+        result binaries failed 1 "$SECS" "$why"
+    fi
+fi
+# hsi's commands run under this (the library path never reaches PyTorch)
+if [ -n "$HSI_LD" ]; then HSI_ENV=(env LD_LIBRARY_PATH="$HSI_LD"); else HSI_ENV=(env); fi
+
+# ------------------------------------------------------------------- probe
+DEV_OK=0
+DEV_WHY="the binaries are not usable (see [binaries] / [build] above)"
+if [ $BIN_OK -eq 1 ] && fits probe; then
+    echo "== [probe] nvidia-smi; $BENCH --probe 1"
+    t=$(now)
+    timeout -k 1 4 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+        --format=csv > "$O/nvidia_smi.log" 2>&1
+    smi=$?
+    sed 's/^/   /' "$O/nvidia_smi.log" | head -4
+    timed $(( BUDGET[probe] - ($(now) - t) )) "$O/probe.jsonl" "${HSI_ENV[@]}" "$BENCH" --probe 1
+    SECS=$(( $(now) - t ))
+    grep -v '^{' "$O/probe.jsonl" | sed 's/^/   /' | head -5
+    figures "$O/probe.jsonl" probe
+    dev=$(sed -n 's/^{"device": "\(.*\)"}$/\1/p' "$O/probe.jsonl" | head -1)
+    if [ "$RC" -eq 0 ]; then
+        DEV_OK=1
+        result probe ok 0 "$SECS" "device: $dev (nvidia-smi exit status $smi)"
+    else
+        DEV_WHY="no usable CUDA device: $(errors_of "$O/probe.jsonl" 3 | sed 's/^device: //' | paste -sd ';' -)"
+        [ "$(rc_status "$RC")" = timeout ] && DEV_WHY="the device probe timed out (a hung driver?)"
+        [ "$DEV_WHY" = "no usable CUDA device: " ] && DEV_WHY="gpu_bench --probe exit status $RC: $(grep -v '^{' "$O/probe.jsonl" | tail -1)"
+        result probe "$(rc_status "$RC")" "$RC" "$SECS" "$DEV_WHY (nvidia-smi exit status $smi: $(head -1 "$O/nvidia_smi.log"))"
+    fi
+elif [ $BIN_OK -eq 0 ]; then
+    result probe skipped null 0 "$DEV_WHY"
+fi
+
+# needs_device STAGE: 0 when the device stages can run, else reports STAGE skipped
+needs_device() {
+    if [ $DEV_OK -ne 1 ]; then
+        result "$1" skipped null 0 "$DEV_WHY"
+        return 1
+    fi
+    fits "$1"
+}
+
+# cunit_counts LOG: the tests row of CUnit's run summary, in words ("" when none)
+cunit_counts() {
+    awk '$1 == "tests" && NF >= 6 {printf "%s tests, %s ran, %s passed, %s failed, %s inactive", $2, $3, $4, $5, $6}' "$1" | tail -1
+}
+
+# --------------------------------------------------------- 1. the CUDA suites
+rc_tests=skipped
+if needs_device tests; then
+    echo "== [tests] $TESTS_BIN --require-cuda cuda"
+    timed "${BUDGET[tests]}" "$O/tests.log" "${HSI_ENV[@]}" "$TESTS_BIN" --require-cuda cuda
+    rc_tests=$RC
+    grep -E "^Suite|Test:.*(FAILED)|^ +[0-9]+\. |skipped" "$O/tests.log" | head -60
+    sed -n '/^Run Summary/,$p' "$O/tests.log" | head -8
+    counts=$(cunit_counts "$O/tests.log")
+    [ -z "$counts" ] && counts="no CUnit summary: $(tail -1 "$O/tests.log")"
+    result tests "$(rc_status "$RC")" "$RC" "$SECS" "$counts (log $O/tests.log)"
+fi
+
+# ----------------------------------------------- 1b. compute-sanitizer runs
+SAN=$(command -v compute-sanitizer || true)
+for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [ -z "$SAN" ] && [ -x "$c" ] && SAN=$c
+done
+
+# sanitize NAME TOOL LIMIT ENV_ASSIGNMENTS... -- SUITES...: one compute-sanitizer
+# run of the suites, reported as NAME with its exit status and ERROR SUMMARY
+sanitize() {
+    local name=$1 tool=$2 lim=$3 envs=() log="$O/${1//:/_}.log" summ
+    shift 3
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    echo "== [$name] compute-sanitizer --tool $tool ${envs[*]} $TESTS_BIN --require-cuda $*"
+    timed "$lim" "$log" "${HSI_ENV[@]}" "${envs[@]}" "$SAN" --tool "$tool" --error-exitcode 9 \
+        "$TESTS_BIN" --require-cuda "$@"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|out of bounds|misaligned|Race reported|hazard" "$log" |
+        sed 's/^=* *//' | sort | uniq -c | sort -rn | head -12
+    summ=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | sed 's/^=* *//' | sort -u | paste -sd ';' -)
+    local st counts
+    st=$(rc_status "$RC")
+    counts=$(cunit_counts "$log")
+    # exit status: 0 clean, 9 the tool found errors, 124/137 timed out, else the
+    # suites' own (failed tests, run under the tool)
+    result "$name" "$st" "$RC" "$SECS" "${summ:-no ERROR SUMMARY line}; ${counts:-no CUnit summary}$(
+        case $RC in 0|9|124|137) ;; *) printf '; the suites themselves failed (exit status %s)' "$RC" ;; esac
+    ) (exit status 9: the tool found errors; suites $*; log $log)"
+}
+
+if [ -z "$SAN" ]; then
+    for s in memcheck racecheck; do
+        if [ $DEV_OK -eq 1 ]; then result $s skipped null 0 "no compute-sanitizer on this machine"
+        else result $s skipped null 0 "$DEV_WHY"; fi
+    done
+else
+    if needs_device memcheck; then
+        t=$(now)
+        # the cache off: every block an exact cudaMalloc, so an overrun or a use after free is seen
+        sanitize memcheck memcheck $(( BUDGET[memcheck] - 20 )) HSI_CUDA_NO_CACHE=1 -- \
+            cuda_fused cuda_stats cuda_patches cuda_ops cuda_layers cuda_model pipeline_loader_cuda
+        # cuda_mem tests the cache itself (and switches HSI_CUDA_NO_CACHE off): its own run
+        l=$(( BUDGET[memcheck] - ($(now) - t) ))
+        if [ $l -ge 8 ]; then
+            sanitize memcheck:cuda_mem memcheck "$l" -- cuda_mem
+        else
+            result memcheck:cuda_mem skipped null 0 "only $l s of the memcheck budget left"
+        fi
+    fi
+    if needs_device racecheck; then
+        t=$(now)
+        # cuda_stats (the band reductions) may take half the budget; the others
+        # share what is left, a fast run's time passing to the next
+        n=3
+        for s in cuda_stats cuda_ops cuda_layers; do
+            l=$(( BUDGET[racecheck] - ($(now) - t) ))
+            share=$(( n == 3 ? l / 2 : l / n ))
+            n=$(( n - 1 ))
+            if [ $share -ge 8 ]; then
+                sanitize "racecheck:$s" racecheck "$share" -- "$s"
+            else
+                result "racecheck:$s" skipped null 0 "only $l s of the racecheck budget left"
+            fi
+        done
+    fi
+fi
+
+# ----------------------------------------------------- 2. hsi's GPU figures
+rc_bench=skipped
+if needs_device gpu_bench; then
+    echo "== [gpu_bench] $BENCH --mib 400 --steps 20 --cpu-steps 5 (batch 128 and 1024)"
+    t=$(now)
+    timeout -k 2 $(( BUDGET[gpu_bench] - 2 )) "${HSI_ENV[@]}" HSI_THREADS="$(nproc)" \
+        OPENBLAS_NUM_THREADS="$(nproc)" "$BENCH" --mib 400 --batch 128 --batch2 1024 --steps 20 \
+        --cpu-steps 5 > "$O/gpu_bench.jsonl" 2> "$O/gpu_bench.err"
+    RC=$?
+    SECS=$(( $(now) - t ))
+    rc_bench=$RC
+    sed 's/^/   /' "$O/gpu_bench.err" | tail -40
+    figures "$O/gpu_bench.jsonl" gpu_bench
+    n_fig=$(grep -c '^{' "$O/gpu_bench.jsonl")
+    n_err=$(errors_of "$O/gpu_bench.jsonl" 1000 | grep -c .)
+    result gpu_bench "$(rc_status "$RC")" "$RC" "$SECS" "$n_fig JSON lines, $n_err errors$( [ "$n_err" -gt 0 ] && printf ': %s' "$(errors_of "$O/gpu_bench.jsonl" 3 | paste -sd ';' -)") (figures $O/gpu_bench.jsonl)"
+fi
+
+# ---------------------------------------------------- 3. PyTorch on the same card
+# its own environment: the one this script was started with, less any of hsi's
+# library directories and hsi's variables (none of which were exported)
+rc_torch=skipped
+if fits torch; then
+    t=$(now)
+    TPY=""
+    for p in python3 /usr/bin/python3 /usr/local/bin/python3 /opt/conda/bin/python3; do
+        command -v "$p" > /dev/null 2>&1 || continue
+        if timeout 10 "$p" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" 2>/dev/null; then
+            TPY=$(command -v "$p"); break
+        fi
+    done
+    TLD=""
+    IFS=: read -r -a parts <<< "$START_LD"
+    for d in "${parts[@]}"; do
+        case $d in ""|*build/gpu/run/lib*) ;; *) TLD=${TLD:+$TLD:}$d ;; esac
+    done
+    TENV=(env -u HSI_THREADS -u OPENBLAS_NUM_THREADS -u HSI_CUDA_NO_CACHE -u HSI_CUDA_PLUGIN)
+    if [ -n "$TLD" ]; then TENV+=(LD_LIBRARY_PATH="$TLD"); else TENV+=(-u LD_LIBRARY_PATH); fi
+    TENV+=(PYTHONUNBUFFERED=1)
+    if [ -z "$TPY" ]; then
+        : > "$O/torch_gpu.jsonl"
+        result torch failed null 0 "no python3 with torch here (tried python3, /usr/bin/python3, /usr/local/bin/python3, /opt/conda/bin/python3)"
+        rc_torch=1
+    else
+        echo "== [torch] $TPY bench/torch_gpu.py --steps 20 (LD_LIBRARY_PATH ${TLD:-unset})"
+        timeout -k 2 $(( BUDGET[torch] - 2 - ($(now) - t) )) "${TENV[@]}" "$TPY" bench/torch_gpu.py \
+            --steps 20 --batch 128 --batch2 1024 > "$O/torch_gpu.jsonl" 2> "$O/torch_gpu.err"
+        RC=$?
+        SECS=$(( $(now) - t ))
+        rc_torch=$RC
+        tail -5 "$O/torch_gpu.err" | sed 's/^/   /'
+        figures "$O/torch_gpu.jsonl" torch
+        n_fig=$(grep -c '^{' "$O/torch_gpu.jsonl")
+        n_err=$(errors_of "$O/torch_gpu.jsonl" 1000 | grep -c .)
+        result torch "$(rc_status "$RC")" "$RC" "$SECS" "$n_fig JSON lines, $n_err errors$( [ "$n_err" -gt 0 ] && printf ': %s' "$(errors_of "$O/torch_gpu.jsonl" 3 | paste -sd ';' -)") (figures $O/torch_gpu.jsonl)"
+    fi
+fi
+
+summary
+echo "== done in $(elapsed) s: tests $rc_tests, gpu_bench $rc_bench, torch $rc_torch; stages in $RES"
+ok=1
+[ $BIN_OK -eq 1 ] && [ $DEV_OK -eq 1 ] && [ "$rc_tests" = 0 ] && [ "$rc_bench" = 0 ] || ok=0
+exec >&- 2>&-
+wait "$TEE_PID" 2>/dev/null
+[ $ok -eq 1 ]

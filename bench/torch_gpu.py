@@ -1,27 +1,37 @@
 #!/usr/bin/env python3
 """torch_gpu.py - PyTorch's side of bench/gpu_check.sh on the same card:
-cnn2d and HybridSN (the classes of bench/torch_cnn2d.py / torch_train.py,
-the architectures of models/nn.c) trained with AdamW and cross-entropy on a
-fixed random batch on the GPU, timed with torch.cuda.synchronize; plus
-host-to-device GB/s from pinned and pageable tensors. Prints one JSON object.
-Dropout is on, as in hsi's GPU step (hsi_dmodel).
+cnn2d (batch --batch and --batch2) and HybridSN (the classes of
+bench/torch_cnn2d.py / torch_train.py, the architectures of models/nn.c)
+trained with AdamW and cross-entropy on a fixed random batch on the GPU,
+timed with torch.cuda.synchronize, in two modes: "fp32" (TF32 off for
+cuDNN convolutions and cuBLAS matmuls: what hsi computes) and "tf32" (both
+on: PyTorch's fastest FP32-input setting); plus host-to-device GB/s from
+pinned and pageable tensors. Dropout is on, as in hsi's GPU step
+(hsi_dmodel).
 
-    python3 bench/torch_gpu.py [--batch 128] [--bands 30] [--patch 11] [--classes 16] [--steps 20]"""
+Prints JSON lines, one per figure, flushed as produced (a timeout keeps
+what was measured): {"torch": ..., "device": ..., "cudnn": ...},
+{"h2d_pinned_gbps": x}, {"h2d_pageable_gbps": x}, then for each mode
+{"<key>_<mode>": {...}} with key cnn2d (batch --batch), cnn2d_b<batch2>
+and hybridsn (the names gpu_bench uses), a failure as
+{"stage": "<key>_<mode>", "error": "..."} and the next one run, and last
+{"torch_errors": n}. Exit status 0 when everything was measured, 1 when
+something failed, 2 without torch or a CUDA device.
+
+    python3 bench/torch_gpu.py [--batch 128] [--batch2 1024] [--bands 30] [--patch 11]
+                               [--classes 16] [--steps 20] [--warmup 3] [--modes fp32,tf32]"""
 import argparse
 import json
 import os
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_cnn2d import CNN2D  # noqa: E402
-from torch_train import HybridSN  # noqa: E402
+def out(obj):
+    print(json.dumps(obj), flush=True)
 
 
-def h2d(pinned):
+def h2d(torch, pinned):
     n = 256 << 20
     src = torch.ones(n, dtype=torch.uint8, pin_memory=pinned)
     dst = torch.empty(n, dtype=torch.uint8, device="cuda")
@@ -34,16 +44,26 @@ def h2d(pinned):
     return 5 * n / (time.perf_counter() - t0) / 1e9
 
 
-def bench(name, a):
+def set_mode(torch, mode):
+    """fp32: no TF32 anywhere (hsi's arithmetic); tf32: TF32 for both."""
+    on = mode == "tf32"
+    torch.backends.cudnn.allow_tf32 = on
+    torch.backends.cuda.matmul.allow_tf32 = on
+    return {"tf32_cudnn": torch.backends.cudnn.allow_tf32,
+            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+
+
+def bench(torch, F, models, name, batch, a):
+    CNN2D, HybridSN = models
     torch.manual_seed(1)
     dev = torch.device("cuda")
     if name == "cnn2d":
         m = CNN2D(a.bands, a.classes).to(dev)
-        x = torch.randn(a.batch, a.bands, a.patch, a.patch, device=dev)
+        x = torch.randn(batch, a.bands, a.patch, a.patch, device=dev)
     else:
         m = HybridSN(a.bands, a.patch, a.classes).to(dev)
-        x = torch.randn(a.batch, 1, a.bands, a.patch, a.patch, device=dev)
-    y = torch.arange(a.batch, device=dev) % a.classes
+        x = torch.randn(batch, 1, a.bands, a.patch, a.patch, device=dev)
+    y = torch.arange(batch, device=dev) % a.classes
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     m.train()
     losses = []
@@ -69,31 +89,65 @@ def bench(name, a):
             m(x)
         torch.cuda.synchronize()
     t_inf = time.perf_counter() - t0
-    return {"train_samples_per_s": a.batch * a.steps / t_train,
-            "infer_samples_per_s": a.batch * a.steps / t_inf,
+    return {"batch": batch,
+            "train_samples_per_s": batch * a.steps / t_train,
+            "infer_samples_per_s": batch * a.steps / t_inf,
             "ms_per_step": 1e3 * t_train / a.steps,
             "loss_first": losses[0], "loss_last": losses[-1]}
 
 
 def main():
     ap = argparse.ArgumentParser()
-    for k, v in [("batch", 128), ("bands", 30), ("patch", 11), ("classes", 16), ("steps", 20),
-                 ("warmup", 3)]:
+    for k, v in [("batch", 128), ("batch2", 1024), ("bands", 30), ("patch", 11), ("classes", 16),
+                 ("steps", 20), ("warmup", 3)]:
         ap.add_argument("--" + k, type=int, default=v)
+    ap.add_argument("--modes", default="fp32,tf32")
     a = ap.parse_args()
+    modes = [m for m in a.modes.split(",") if m]
+    bad = [m for m in modes if m not in ("fp32", "tf32")]
+    if bad:
+        ap.error("--modes: fp32 and/or tf32, found %s" % ",".join(bad))
+    try:
+        import torch
+        import torch.nn.functional as F
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from torch_cnn2d import CNN2D
+        from torch_train import HybridSN
+    except Exception as e:  # ImportError, or a broken CUDA library under torch
+        out({"stage": "import", "error": "%s: %s (python %s)" % (type(e).__name__, e, sys.executable)})
+        return 2
     if not torch.cuda.is_available():
-        print(json.dumps({"error": "torch sees no CUDA device"}))
-        return 1
+        out({"stage": "device", "error": "torch %s sees no CUDA device (torch built for CUDA %s)"
+             % (torch.__version__, torch.version.cuda)})
+        return 2
     torch.backends.cudnn.benchmark = True
-    out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-           "cudnn": torch.backends.cudnn.version(),
-           "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-           "tf32_cudnn": torch.backends.cudnn.allow_tf32,
-           "h2d_pinned_gbps": h2d(True), "h2d_pageable_gbps": h2d(False)}
-    for name in ("cnn2d", "hybridsn"):
-        out[name] = bench(name, a)
-    print(json.dumps(out, indent=1))
-    return 0
+    out({"torch": torch.__version__, "torch_cuda": torch.version.cuda,
+         "device": torch.cuda.get_device_name(0), "cudnn": torch.backends.cudnn.version()})
+    n_err = 0
+    for key, pinned in (("h2d_pinned_gbps", True), ("h2d_pageable_gbps", False)):
+        try:
+            out({key: h2d(torch, pinned)})
+        except Exception as e:
+            n_err += 1
+            out({"stage": key, "error": "%s: %s" % (type(e).__name__, e)})
+    configs = [("cnn2d", "cnn2d", a.batch)]
+    if a.batch2 > 0:
+        configs.append(("cnn2d_b%d" % a.batch2, "cnn2d", a.batch2))
+    configs.append(("hybridsn", "hybridsn", a.batch))
+    for mode in modes:  # fp32 first: the headline against hsi
+        for key, name, batch in configs:
+            what = "%s_%s" % (key, mode)
+            try:
+                flags = set_mode(torch, mode)
+                r = bench(torch, F, (CNN2D, HybridSN), name, batch, a)
+                r.update(flags, mode=mode)
+                out({what: r})
+            except Exception as e:  # CUDA OOM, cuDNN refusal: report it, go on
+                n_err += 1
+                out({"stage": what, "error": "%s: %s" % (type(e).__name__, e)})
+            torch.cuda.empty_cache()
+    out({"torch_errors": n_err})
+    return 1 if n_err else 0
 
 
 if __name__ == "__main__":
