@@ -85,10 +85,7 @@ hsi_status hsi_ddp_create(hsi_ddp **out, hsi_module *net, hsi_optim *opt, const 
     HSI_TRY(hsi_module_state(net, &d->state, &d->n_state));
     /* rank 0's state everywhere (the ranks built the same model from the
      * same seed, but a resumed or hand-made one may differ) */
-    for (int i = 0; i < d->n_state; i++) {
-        hsi_tensor *t = d->state[i].t;
-        HSI_TRY(hsi_dist_bcast(hsi_tensor_ptr(t), tensor_bytes(t), 0));
-    }
+    HSI_TRY(hsi_ddp_broadcast_state(d, 0));
     d->p_off = calloc((size_t)d->n_params + 1, sizeof *d->p_off);
     d->p_bucket = calloc((size_t)d->n_params + 1, sizeof *d->p_bucket);
     d->uses = calloc((size_t)d->n_params + 1, sizeof *d->uses);
@@ -418,10 +415,10 @@ cleanup:
     return st;
 }
 
-hsi_status hsi_ddp_sync_buffers(hsi_ddp *d)
+hsi_status hsi_ddp_broadcast_state(hsi_ddp *d, int buffers_only)
 {
     for (int i = 0; i < d->n_state; i++) {
-        if (!d->state[i].is_buffer) continue;
+        if (buffers_only && !d->state[i].is_buffer) continue;
         hsi_tensor *t = d->state[i].t;
         hsi_status st = hsi_dist_bcast(hsi_tensor_ptr(t), tensor_bytes(t), 0);
         if (st != HSI_OK) return st;

@@ -77,9 +77,9 @@ hsi_status hsi_ddp_step(hsi_ddp *d, hsi_graph *g, const float *x, const int32_t 
                         int x_ndim, const int64_t *x_shape, int64_t first, int64_t n_global,
                         uint64_t seed, double *loss_sum, int64_t *correct);
 
-/* Rank 0's buffers (batch-norm running statistics) to every rank.
- * Collective. */
-hsi_status hsi_ddp_sync_buffers(hsi_ddp *d);
+/* Rank 0's parameters and buffers (buffers_only: the batch-norm running
+ * statistics alone, DDP's broadcast_buffers) to every rank. Collective. */
+hsi_status hsi_ddp_broadcast_state(hsi_ddp *d, int buffers_only);
 /* FNV-1a over the bytes of every parameter, in order. */
 uint64_t hsi_ddp_param_hash(const hsi_ddp *d);
 /* Fails (HSI_ERR_STATE) when the ranks' parameter hashes differ.

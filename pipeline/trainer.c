@@ -1070,7 +1070,7 @@ static hsi_status end_epoch(hsi_trainer *t)
         t->ep_loss_sum = v[0];
         t->ep_correct = (int64_t)v[1];
         t->ep_seen = (int64_t)v[2];
-        HSI_TRY(hsi_ddp_sync_buffers(t->ddp));
+        HSI_TRY(hsi_ddp_broadcast_state(t->ddp, 1));
     }
     const int64_t n_seen = t->ep_seen;
     double loss = 0, acc = 0;
@@ -1270,12 +1270,23 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
     if (t->finished) return HSI_FAIL(HSI_ERR_STATE, "hsi_trainer_finish: already finished");
     t->finished = 1;
     features_advise(t, MADV_SEQUENTIAL); /* the map reads tiles of lines in order */
-    if (!t->writer) { /* rank 0 predicts the map and writes the run */
+    const int64_t L = t->cube.view.shape[1], S = t->cube.view.shape[2];
+    /* the best epoch's weights (rank 0's file) on every rank: the ranks
+     * share the scene map's tiles; rank 0 writes the run */
+    if (t->best_epoch >= 0 && t->writer) {
+        hsi_load_report rep;
+        HSI_TRY(hsi_module_load(r->net, t->p_best, 1, &rep));
+    }
+    hsi_predict_opts po = {.batch = c->batch * 2, .features = &t->fc, .across_ranks = t->ranks > 1};
+    if (t->ranks > 1) HSI_TRY(hsi_ddp_broadcast_state(t->ddp, 0));
+    if (!t->writer) {
         t->res.epochs_run = t->epoch - t->first_epoch;
         if (res) *res = t->res;
-        return HSI_OK;
+        if (!(map = malloc((size_t)(L * S) * sizeof *map))) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        st = hsi_run_predict(r, map, &t->cube.view, &po);
+        free(map);
+        return st;
     }
-    const int64_t L = t->cube.view.shape[1], S = t->cube.view.shape[2];
     const int K = r->n_classes;
     t->res.epochs_run = t->epoch - t->first_epoch;
     double train_time = hsi_now() - t->t_train - prof->validate;
@@ -1297,10 +1308,6 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
     prof->train_samples = t->samples_total;
     prof->steps = ls.batches;
     t->res.train_samples_per_s = train_time > 0 ? (double)t->samples_total / train_time : 0;
-    if (t->best_epoch >= 0) {
-        hsi_load_report rep;
-        HSI_TRY(hsi_module_load(r->net, t->p_best, 1, &rep));
-    }
     t->res.best_epoch = t->best_epoch + 1;
     t->res.best_val_oa = t->have_val ? t->best_val : NAN;
     info(t, "training: %.1f s, %.0f samples/s, loader wait %.2f s (%.1f %% of the step time); "
@@ -1319,7 +1326,6 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    hsi_predict_opts po = {.batch = c->batch * 2, .features = &t->fc};
     HSI_TRY(hsi_run_predict(r, map, &t->cube.view, &po));
     for (int64_t i = 0; i < nt; i++) {
         int k = hsi_run_class_of(r, map[t->sp.idx[HSI_ROLE_TEST][i]]);
