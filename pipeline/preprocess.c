@@ -248,9 +248,10 @@ cleanup:
 typedef struct share_job {
     const hsi_prep *p;
     const hsi_view *cube;
-    hsi_interleave il;
+    int pixel_major; /* the pass's products (not the file's interleave) */
     int64_t tile_lines;
-    int n_threads, show_progress;
+    int n_threads;
+    const char *label; /* progress, or NULL */
 } share_job;
 
 /* Projects lines [y0, y1) of the cube into their place in the output. */
@@ -261,10 +262,10 @@ static hsi_status project_share(void *ctx, hsi_envi_writer *w, int64_t y0, int64
     hsi_view share;
     HSI_TRY(hsi_view_slice(&share, j->cube, 1, y0, y1, 1));
     share_sink sh = {w, y0};
-    hsi_fused_opts fo = {.pixel_major = j->il == HSI_BIP,
+    hsi_fused_opts fo = {.pixel_major = j->pixel_major,
                          .tile_lines = j->tile_lines,
                          .n_threads = j->n_threads,
-                         .progress_label = j->show_progress ? (j->p->has_pca ? "project" : "normalise") : NULL,
+                         .progress_label = j->label,
                          .sink = sink_share,
                          .sink_ctx = &sh};
     st = hsi_fused_run(NULL, &share, &j->p->norm, j->p->has_pca ? &j->p->pca : NULL, &fo);
@@ -275,7 +276,7 @@ cleanup:
 
 static hsi_status write_share(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
                               const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines, int n_threads,
-                              int across_ranks)
+                              int across_ranks, int pixel_major, const char *label)
 {
     hsi_status st = hsi_prep_check(p, cube, out_hdr);
     if (st != HSI_OK) return st;
@@ -283,23 +284,32 @@ static hsi_status write_share(const char *out_hdr, const hsi_prep *p, const hsi_
     hsi_envi_write_options_init(&wo);
     wo.interleave = il;
     wo.dtype = HSI_F32;
-    share_job j = {p, cube, il, tile_lines, n_threads, !across_ranks || hsi_dist_rank() == 0};
+    share_job j = {p, cube, pixel_major, tile_lines, n_threads, across_ranks && hsi_dist_rank() != 0 ? NULL : label};
     return hsi_envi_write_shared(out_hdr, out_meta, hsi_prep_n_out(p), cube->shape[1], cube->shape[2], &wo,
                                  across_ranks, project_share, &j);
 }
+
+static const char *pass_label(const hsi_prep *p) { return p->has_pca ? "project" : "normalise"; }
 
 hsi_status hsi_prep_write_envi(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
                                const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
                                int n_threads)
 {
-    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 0);
+    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 0, il == HSI_BIP, pass_label(p));
 }
 
 hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
                                     const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
                                     int n_threads)
 {
-    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 1);
+    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 1, il == HSI_BIP, pass_label(p));
+}
+
+hsi_status hsi_prep_write_envi_exact(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
+                                     const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
+                                     const char *progress_label)
+{
+    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, 0, 0, 0, progress_label);
 }
 
 static const char *const drop_keys[] = {"data gain values",          "data offset values",

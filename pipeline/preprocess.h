@@ -89,6 +89,13 @@ hsi_status hsi_prep_write_envi(const char *out_hdr, const hsi_prep *p, const hsi
 hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
                                     const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
                                     int n_threads);
+/* hsi_prep_write_envi, one process, with the floats of hsi_prep_transform
+ * whatever il is: the pass multiplies band-major, where a BIP output
+ * otherwise multiplies pixel-major (faster, and may differ in the last
+ * bit). progress_label: a progress bar, or NULL. */
+hsi_status hsi_prep_write_envi_exact(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
+                                     const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
+                                     const char *progress_label);
 
 /* The output header: a copy of in for the selected bands, or k "PCn (x %)"
  * bands with PCA; calibration and ignore value removed (the output is

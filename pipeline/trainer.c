@@ -29,7 +29,6 @@
 #include "io/labels.h"
 #include "io/quicklook.h"
 #include "kernels/cuda.h"
-#include "kernels/fused.h"
 #include "models/checkpoint.h"
 #include "models/model_cuda.h"
 #include "models/tensor.h"
@@ -592,33 +591,10 @@ static void stream_remove(hsi_trainer *t)
     t->stream_data = t->stream_hdr = NULL;
 }
 
-/* Fused-pass sink: a band-major (n_out, n_lines, samples) tile, lines
- * line0.., to the ENVI writer (which interleaves it as the file asks). */
-static hsi_status stream_sink(void *ctx, const float *tile, int64_t line0, int64_t n_lines,
-                              int64_t n_out, int64_t n_samples, int pixel_major)
-{
-    hsi_status st = HSI_OK;
-    hsi_buffer *buf = NULL;
-    hsi_view v;
-    memset(&v, 0, sizeof v);
-    HSI_ASSERT(!pixel_major);
-    size_t bytes = sizeof(float) * (size_t)(n_out * n_lines * n_samples);
-    int64_t shape[3] = {n_out, n_lines, n_samples};
-    HSI_TRY(hsi_buffer_wrap(&buf, (void *)tile, bytes, HSI_BUF_HOST, NULL, NULL));
-    HSI_TRY(hsi_view_make_packed(&v, buf, 0, HSI_F32, 3, shape));
-    st = hsi_envi_writer_write_at(ctx, line0, &v);
-cleanup:
-    hsi_view_release(&v);
-    hsi_buffer_release(buf);
-    return st;
-}
-
-/* The features through a file: the fused pass exactly as for the cube in
- * memory (band-major products, the same tiles of lines: the same floats;
- * hsi_prep_write_envi's BIP pass multiplies pixel-major, whose rounding
- * may differ), interleaved BIP by the ENVI writer (a patch row is one run
- * of bytes), written to out_dir, mapped read-only as t->fc, and the names
- * removed. tile_lines bounds the pass's buffers to the budget. */
+/* The features through a file: the fused pass with the floats of the
+ * cube in memory (hsi_prep_write_envi_exact), interleaved BIP (a patch row
+ * is one run of bytes), written to out_dir, mapped read-only as t->fc, and
+ * the names removed. tile_lines bounds the pass's buffers to the budget. */
 static hsi_status stream_features(hsi_trainer *t, int64_t tile_lines)
 {
     hsi_status st = HSI_OK;
@@ -627,7 +603,6 @@ static hsi_status stream_features(hsi_trainer *t, int64_t tile_lines)
     const int64_t no = hsi_prep_n_out(p), L = t->cube.view.shape[1], S = t->cube.view.shape[2];
     hsi_meta om;
     int have_meta = 0;
-    hsi_envi_writer *w = NULL;
     hsi_cube fcube;
     hsi_cube_init(&fcube);
     char name[64];
@@ -640,21 +615,8 @@ static hsi_status stream_features(hsi_trainer *t, int64_t tile_lines)
     HSI_TRY(hsi_prep_check(p, &t->cube.view, c->cube_path));
     HSI_TRY(hsi_prep_out_meta(&om, &t->cube.meta, p, "hsi train --mem-limit: streamed features (temporary)"));
     have_meta = 1;
-    hsi_envi_write_options wo;
-    hsi_envi_write_options_init(&wo);
-    wo.interleave = HSI_BIP;
-    wo.dtype = HSI_F32;
-    HSI_TRY(hsi_envi_writer_open(&w, t->stream_hdr, &om, no, L, S, &wo));
-    hsi_fused_opts fo = {.pixel_major = 0,
-                         .tile_lines = tile_lines,
-                         .progress_label = c->progress_bars ? "stream features" : NULL,
-                         .sink = stream_sink,
-                         .sink_ctx = w};
-    st = hsi_fused_run(NULL, &t->cube.view, &p->norm, p->has_pca ? &p->pca : NULL, &fo);
-    if (st == HSI_OK) st = hsi_envi_writer_finish(w);
-    else hsi_envi_writer_abort(w);
-    w = NULL;
-    if (st != HSI_OK) goto cleanup;
+    HSI_TRY(hsi_prep_write_envi_exact(t->stream_hdr, p, &t->cube.view, &om, HSI_BIP, tile_lines,
+                                      c->progress_bars ? "stream features" : NULL));
     HSI_TRY(hsi_envi_open(&fcube, t->stream_hdr));
     const hsi_view *v = &fcube.view;
     if (v->dtype != HSI_F32 || v->swapped || v->ndim != 3 || v->shape[0] != no || v->shape[1] != L ||
@@ -667,7 +629,6 @@ static hsi_status stream_features(hsi_trainer *t, int64_t tile_lines)
     hsi_view_ref(&t->fc, v);
     t->streamed = 1;
 cleanup:
-    if (w) hsi_envi_writer_abort(w);
     hsi_cube_free(&fcube);
     if (have_meta) hsi_meta_free(&om);
     stream_remove(t);
