@@ -48,6 +48,11 @@ int hsi_cli_opt(int argc, char **argv, int *i, const char *name, const char **va
 int hsi_cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
                       long long *out);
 int hsi_cli_parse_double(const char *cmd, const char *opt, const char *s, double *out);
+/* --device cpu|cuda|auto; 1 on success, else 0 after a usage error. */
+int hsi_cli_parse_device(const char *cmd, const char *s, hsi_device *out);
+/* With --device cuda: HSI_OK when a device is there, else why not (called
+ * before any work starts). */
+hsi_status hsi_cli_device_ready(hsi_device d);
 
 /* Before writing `out` (for an ENVI .hdr also its data file, the .hdr
  * stripped): refused when it is one of the input's files (header or data,

@@ -9,6 +9,8 @@
 #include "cli.h"
 #include "pipeline/trainer.h"
 #include "models/layers.h"
+#include "kernels/cuda.h"
+#include "models/model_cuda.h"
 #include "models/optim.h"
 
 /* shape of the activations between layers while walking the model (batch axis left out) */
@@ -82,6 +84,58 @@ static double sgemm_rate(int threads)
     return 2.0 * n * n * n / best / 1e9;
 }
 
+/* Training steps and eval-mode batches of m's copy on the GPU
+ * (models/model_cuda.h), timed to the stream's end: samples/s. x: the
+ * batch (xs, nd dims, host), y: its classes. */
+static hsi_status time_on_gpu(double *train_sps, double *infer_sps, hsi_module *m, const int64_t *xs,
+                              int nd, const hsi_tensor *x, const hsi_tensor *y, long long steps,
+                              long long warmup)
+{
+    hsi_status st = HSI_OK;
+    hsi_dmodel *dm = NULL;
+    float *x_d = NULL;
+    int32_t *y_d = NULL, *y32 = NULL;
+    const float *z = NULL;
+    const int64_t n = xs[0], nx = hsi_tensor_count(x);
+    hsi_optim_config cfg;
+    hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
+    HSI_TRY(hsi_dmodel_create(&dm, m, nd - 1, xs + 1, n, &cfg, 1));
+    if (!(y32 = malloc(sizeof *y32 * (size_t)n))) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    for (int64_t i = 0; i < n; i++) y32[i] = (int32_t)((const int64_t *)hsi_tensor_ptr((hsi_tensor *)y))[i];
+    HSI_TRY(hsi_cuda_malloc((void **)&x_d, sizeof(float) * (size_t)nx));
+    HSI_TRY(hsi_cuda_malloc((void **)&y_d, sizeof *y_d * (size_t)n));
+    HSI_TRY(hsi_cuda_upload(x_d, hsi_tensor_ptr((hsi_tensor *)x), sizeof(float) * (size_t)nx));
+    HSI_TRY(hsi_cuda_upload(y_d, y32, sizeof *y_d * (size_t)n));
+    double t0 = 0;
+    for (long long s = 0; s < warmup + steps; s++) {
+        if (s == warmup) {
+            HSI_TRY(hsi_cuda_sync());
+            t0 = hsi_now();
+        }
+        HSI_TRY(hsi_dmodel_train_step(dm, x_d, y_d, n));
+    }
+    HSI_TRY(hsi_cuda_sync());
+    *train_sps = (double)(n * steps) / (hsi_now() - t0);
+    for (long long s = 0; s < warmup + steps; s++) {
+        if (s == warmup) {
+            HSI_TRY(hsi_cuda_sync());
+            t0 = hsi_now();
+        }
+        HSI_TRY(hsi_dmodel_predict(dm, &z, x_d, n));
+    }
+    HSI_TRY(hsi_cuda_sync());
+    *infer_sps = (double)(n * steps) / (hsi_now() - t0);
+cleanup:
+    hsi_cuda_free(x_d);
+    hsi_cuda_free(y_d);
+    free(y32);
+    hsi_dmodel_free(dm);
+    return st;
+}
+
 static int bench_model(int argc, char **argv)
 {
     const char *cmd = "bench model", *name = NULL;
@@ -89,6 +143,7 @@ static int bench_model(int argc, char **argv)
               warmup = 3;
     hsi_conv_impl conv_impl = HSI_CONV_IMPL_AUTO;
     int json = 0, ops = 0, bound = 0, rc = HSI_EXIT_FAIL;
+    hsi_device dev = HSI_DEVICE_CPU;
     hsi_status st = HSI_OK;
     hsi_module *m = NULL;
     hsi_optim *o = NULL;
@@ -116,7 +171,10 @@ static int bench_model(int argc, char **argv)
             ops = 1;
         } else if (!strcmp(argv[i], "--bound")) {
             bound = 1;
+        } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) {
+            if (!hsi_cli_parse_device(cmd, v, &dev)) return HSI_EXIT_USAGE;
         } else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) {
+            if (!v) return hsi_cli_usage_error(cmd, "--conv needs auto, direct or gemm");
             if (!strcmp(v, "auto")) conv_impl = HSI_CONV_IMPL_AUTO;
             else if (!strcmp(v, "direct")) conv_impl = HSI_CONV_IMPL_DIRECT;
             else if (!strcmp(v, "gemm")) conv_impl = HSI_CONV_IMPL_GEMM;
@@ -135,6 +193,9 @@ static int bench_model(int argc, char **argv)
         snprintf(tb, sizeof tb, "%lld", threads);
         setenv("HSI_THREADS", tb, 1);
     }
+    HSI_TRY(hsi_device_resolve(&dev, dev, "--device cuda"));
+    if (dev == HSI_DEVICE_CUDA && (ops || bound))
+        return hsi_cli_usage_error(cmd, "--ops and --bound time the CPU engine (not with --device cuda)");
     hsi_conv_set_impl(conv_impl);
     hsi_manual_seed(1);
     HSI_TRY(hsi_model_create(&m, name, (int)bands, (int)patch, (int)classes, HSI_F32, 1));
@@ -152,6 +213,22 @@ static int bench_model(int argc, char **argv)
     for (int64_t i = 0; i < hsi_tensor_count(x); i++) xp[i] = (float)hsi_rng_normal(&r);
     int64_t *yp = hsi_tensor_ptr(y);
     for (int64_t i = 0; i < batch; i++) yp[i] = (int64_t)(hsi_rng_next(&r) % (uint64_t)classes);
+    if (dev == HSI_DEVICE_CUDA) {
+        double tr = 0, inf = 0;
+        HSI_TRY(time_on_gpu(&tr, &inf, m, xs, nd, x, y, steps, warmup));
+        if (json)
+            printf("{\"model\": \"%s\", \"device\": \"cuda\", \"batch\": %lld, \"bands\": %lld, "
+                   "\"patch\": %lld, \"classes\": %lld, \"steps\": %lld, \"train_samples_per_s\": "
+                   "%.1f, \"infer_samples_per_s\": %.1f, \"params\": %lld}\n",
+                   name, batch, bands, patch, classes, steps, tr, inf,
+                   (long long)hsi_module_param_count(m));
+        else
+            printf("model %s on the GPU: batch %lld, input %lldx%lldx%lld, %lld classes\n"
+                   "  train: %.1f samples/s\n  infer: %.1f samples/s\n",
+                   name, batch, bands, patch, patch, classes, tr, inf);
+        rc = HSI_EXIT_OK;
+        goto cleanup;
+    }
 
     double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, loss_v = 0;
     hsi_mem_stats m0 = {0}, m1;
@@ -249,7 +326,7 @@ HSI_CLI_COMMAND(bench_model,
                  "usage: hsi bench model NAME [--batch 128] [--bands 30] [--patch 11]\n"
                  "                             [--classes 16] [--threads 2] [--steps 20]\n"
                  "                             [--warmup 3] [--json] [--ops] [--bound]\n"
-                 "                             [--conv auto|direct|gemm]\n"
+                 "                             [--conv auto|direct|gemm] [--device cpu|cuda]\n"
                  "\n"
                  "Times training steps (forward, cross-entropy, backward, AdamW) and\n"
                  "no-grad inference batches of model NAME (cnn2d, hybridsn, cnn1d) on random\n"
@@ -260,5 +337,7 @@ HSI_CLI_COMMAND(bench_model,
                  "and linear layers per training sample; --conv: the float convolution: auto = Winograd F(2x2,3x3) for\n"
                  "3x3 convs with pad 0 or 1 and direct AVX2 kernels for the rest, direct = no\n"
                  "Winograd, gemm = im2col + OpenBLAS). bench/bench_model.sh runs PyTorch\n"
-                 "(bench/torch_cnn2d.py) beside it with the same threads and prints the ratio.\n",
+                 "(bench/torch_cnn2d.py) beside it with the same threads and prints the ratio.\n"
+                 "--device cuda: the same steps and batches on the GPU (models/model_cuda.h),\n"
+                 "timed to the end of the stream (auto: the GPU when there is one).\n",
                  bench_model})

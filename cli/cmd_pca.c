@@ -14,7 +14,7 @@ static const char usage[] =
     "                   [--normalize none|zscore|minmax|global-minmax|l2]\n"
     "                   [--tile-lines N] [--threads N] [--overwrite]\n"
     "       hsi pca apply MODEL IN OUT.hdr [--interleave bsq|bil|bip] [--tile-lines N]\n"
-    "                   [--threads N] [--overwrite]\n"
+    "                   [--threads N] [--device cpu|cuda|auto] [--overwrite]\n"
     "\n"
     "fit: covariance of the selected (and normalised) spectra of IN by ssyrk over\n"
     "pixel blocks, eigenpairs by LAPACK dsyevr; keeps K components (default 10) or\n"
@@ -25,7 +25,8 @@ static const char usage[] =
     "--save-model` writes; the summary goes to stdout.\n"
     "apply: projects IN (same band count as the cube the model was fitted on) and\n"
     "writes float32 scores with band names 'PCn (x.x %)'. MODEL may also be a\n"
-    "preprocessing model without PCA, or an older hsi's binary PCA model.\n";
+    "preprocessing model without PCA, or an older hsi's binary PCA model.\n"
+    KCLI_DEVICE_HELP "                    (apply only)\n";
 
 static int fit(int argc, char **argv)
 {
@@ -100,7 +101,7 @@ static int apply(int argc, char **argv)
     kcli_opts ko = {0};
     int overwrite = 0;
     for (int i = 1; i < argc; i++) {
-        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_TILES);
+        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_TILES | KCLI_OPT_DEVICE);
         if (r < 0) return HSI_EXIT_USAGE;
         if (r) continue;
         if (hsi_cli_opt(argc, argv, &i, "--interleave", &il_s)) {
@@ -129,6 +130,7 @@ static int apply(int argc, char **argv)
     hsi_meta om;
     hsi_meta_init(&om);
     hsi_cube_init(&c);
+    HSI_TRY(hsi_cli_device_ready(ko.device));
     HSI_TRY(hsi_prep_load(&p, model));
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     HSI_TRY(hsi_cli_check_output(out, c.header_path, c.data_path, overwrite));
@@ -140,7 +142,8 @@ static int apply(int argc, char **argv)
     char what[256];
     snprintf(what, sizeof what, "hsi pca apply: %s", model);
     HSI_TRY(hsi_prep_out_meta(&om, &c.meta, &p, what));
-    HSI_TRY(hsi_prep_write_envi(out, &p, &c.view, &om, il, ko.tile_lines, (int)ko.threads));
+    hsi_prep_pass pass = kcli_pass(&ko);
+    HSI_TRY(hsi_prep_write_envi(out, &p, &c.view, &om, il, &pass));
 cleanup:
     if (st != HSI_OK) rc = hsi_cli_fail(cmd, st);
     hsi_meta_free(&om);

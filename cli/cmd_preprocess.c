@@ -16,7 +16,8 @@ static const char usage[] =
     "                      [--normalize none|zscore|minmax|global-minmax|l2]\n"
     "                      [--pca K | --pca-variance F] [--whiten] [--fit-mask LABELS]\n"
     "                      [--save-model MODEL] [--interleave bsq|bil|bip]\n"
-    "                      [--tile-lines N] [--threads N] [--overwrite]\n"
+    "                      [--tile-lines N] [--threads N] [--device cpu|cuda|auto]\n"
+    "                      [--overwrite]\n"
     "\n"
     "Reads the raw cube in tiles, so memory stays bounded whatever the size, and\n"
     "writes float32: one read to fit (statistics and the PCA covariance together;\n"
@@ -37,6 +38,9 @@ static const char usage[] =
     "  --save-model MODEL  also write the fitted transform (safetensors; for 'hsi pca apply')\n"
     "  --interleave I      output interleave (default bsq)\n"
     "  --overwrite         replace OUT (and MODEL) when they exist (never IN)\n"
+    KCLI_DEVICE_HELP
+    "                    (the statistics and the fused pass; the PCA covariance\n"
+    "                    stays on the CPU; under mpirun the fit is on the CPU)\n"
     "With --normalize none --pca K the output is (x - mean) . V_k, like scikit-learn's\n"
     "PCA(K).fit_transform up to each component's sign (hsi makes the largest\n"
     "loading of each component positive). Band names read e.g. 'PC1 (41.3 %)'.\n";
@@ -50,7 +54,7 @@ static int run_preprocess(int argc, char **argv)
     long long k = 0;
     double frac = 0;
     for (int i = 1; i < argc; i++) {
-        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_BANDS | KCLI_OPT_NORMALIZE | KCLI_OPT_TILES);
+        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_BANDS | KCLI_OPT_NORMALIZE | KCLI_OPT_TILES | KCLI_OPT_DEVICE);
         if (r < 0) return HSI_EXIT_USAGE;
         if (r) continue;
         if (!strcmp(argv[i], "--whiten")) whiten = 1;
@@ -94,6 +98,7 @@ static int run_preprocess(int argc, char **argv)
     hsi_meta_init(&om);
     hsi_cube_init(&c);
     double t0 = hsi_now();
+    HSI_TRY(hsi_cli_device_ready(ko.device));
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     HSI_TRY(hsi_cli_check_output(out, c.header_path, c.data_path, overwrite));
     if (model_path) HSI_TRY(hsi_cli_check_output(model_path, c.header_path, c.data_path, overwrite));
@@ -107,7 +112,8 @@ static int run_preprocess(int argc, char **argv)
     HSI_TRY(hsi_prep_out_meta(&om, &c.meta, &p, what));
     if (model_path && hsi_dist_rank() == 0) HSI_TRY(hsi_prep_save(&p, model_path));
     /* under mpirun: each rank projects and writes its share of the lines */
-    HSI_TRY(hsi_prep_write_envi_dist(out, &p, &c.view, &om, il, ko.tile_lines, (int)ko.threads));
+    hsi_prep_pass pass = kcli_pass(&ko);
+    HSI_TRY(hsi_prep_write_envi_dist(out, &p, &c.view, &om, il, &pass));
     if (!hsi_is_quiet() && hsi_dist_rank() == 0) {
         double t1 = hsi_now(), gb = (double)c.view.shape[0] * (double)c.view.shape[1] * (double)c.view.shape[2] *
                                          (double)hsi_dtype_size(c.view.dtype) / 1e9;

@@ -14,6 +14,7 @@
 static const char usage[] =
     "usage: hsi stats IN [--json] [--mask LABELS] [--bands SPEC] [--percentiles P,P,...]\n"
     "                 [--bins N] [--no-ignore] [--tile-lines N] [--threads N]\n"
+    "                 [--device cpu|cuda|auto]\n"
     "\n"
     "Per-band statistics of the cube IN (any format hsi reads) in one pass over\n"
     "the raw data (any interleave, dtype, byte order), accumulated in double.\n"
@@ -25,6 +26,8 @@ static const char usage[] =
     "  --no-ignore       count the header's 'data ignore value' like any value\n"
     "  --tile-lines N    lines per tile per thread (default 64)\n"
     "  --threads N       worker threads (default: HSI_THREADS or all cores)\n"
+    KCLI_DEVICE_HELP
+    "                    (histograms, percentiles and mpirun's shared pass: CPU)\n"
     "std is the population std (ddof 0, numpy's default); NaN and the ignore\n"
     "value are not counted.\n";
 
@@ -35,7 +38,7 @@ static int run_stats(int argc, char **argv)
     int json = 0, no_ignore = 0;
     long long bins = 1024;
     for (int i = 1; i < argc; i++) {
-        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_TILES);
+        int r = kcli_opt(cmd, argc, argv, &i, &ko, KCLI_OPT_TILES | KCLI_OPT_DEVICE);
         if (r < 0) return HSI_EXIT_USAGE;
         if (r) continue;
         if (!strcmp(argv[i], "--json")) json = 1;
@@ -80,6 +83,7 @@ static int run_stats(int argc, char **argv)
     int64_t *sel = NULL, ns = 0, have_sub = 0;
     int rc = HSI_EXIT_OK;
     hsi_cube_init(&c);
+    HSI_TRY(hsi_cli_device_ready(ko.device));
     HSI_TRY(hsi_cube_open(&c, in, NULL));
     if (mask_path) HSI_TRY(kcli_mask_open(&mk, mask_path, &c.view));
     HSI_TRY(hsi_prep_select_bands(&sel, &ns, &c.meta, bands, NULL, 0));
@@ -96,7 +100,8 @@ static int run_stats(int argc, char **argv)
                         .n_threads = (int)ko.threads,
                         .progress_label = "stats",
                         /* under mpirun: each rank reads its share of the lines */
-                        .split = nq ? NULL : hsi_prep_dist_split()};
+                        .split = nq ? NULL : hsi_prep_dist_split(),
+                        .device = ko.device};
     int64_t lo = sel[0], hi = sel[0];
     for (int64_t i = 0; i < ns; i++) {
         lo = sel[i] < lo ? sel[i] : lo;

@@ -68,8 +68,11 @@ static const char train_usage[] =
     "  --weight-decay X (1e-4)  --patience N (15; early stop on validation OA, 0 = off)\n"
     "  --no-augment        no flips/rotations\n"
     "  --seed N (1)  --workers N (1)  --prefetch N (2)  --threads N (engine threads)\n"
-    "  --device cpu|cuda|auto   cuda: training steps on the GPU (validation, maps and\n"
-    "                      checkpoints on the host; not yet run on a real GPU); auto: cpu\n"
+    "  --device cpu|cuda|auto   (default cpu) cuda: the fit's statistics, the fused\n"
+    "                      pass, the training steps and the scene map on the GPU (the\n"
+    "                      PCA covariance, validation and checkpoints on the host; not\n"
+    "                      yet run on a real GPU); auto: cuda when a GPU is there (one\n"
+    "                      rank, no --resume), else cpu\n"
     "  --resume            continue from DIR/train_state.safetensors\n"
     "  --overwrite         replace a run already in DIR (refused otherwise)\n"
     "  --quiet             no progress lines\n"
@@ -446,10 +449,13 @@ static int predict_run(int argc, char **argv)
 {
     const char *pos[3] = {NULL, NULL, NULL}, *var = NULL;
     int npos = 0, batch = 256, verbose = 1, overwrite = 0;
+    hsi_device dev = HSI_DEVICE_CPU;
     for (int i = 1; i < argc; i++) {
         const char *v;
         long long k;
-        if (hsi_cli_opt(argc, argv, &i, "--var", &v)) {
+        if (hsi_cli_opt(argc, argv, &i, "--device", &v)) {
+            if (!hsi_cli_parse_device("predict", v, &dev)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--var", &v)) {
             if (!(var = v)) return hsi_cli_usage_error("predict", "--var needs a variable name");
         } else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
             if (!hsi_cli_parse_int("predict", "--batch", v, 1, 65536, &k)) return HSI_EXIT_USAGE;
@@ -467,6 +473,7 @@ static int predict_run(int argc, char **argv)
     hsi_status st = HSI_OK;
     memset(&run, 0, sizeof run);
     hsi_cube_init(&cube);
+    HSI_TRY(hsi_cli_device_ready(dev));
     HSI_TRY(hsi_run_load(&run, pos[0]));
     HSI_TRY(hsi_cube_open(&cube, pos[1], &(hsi_open_options){var, 0}));
     HSI_TRY(hsi_cli_check_output(pos[2], cube.header_path, cube.data_path, overwrite));
@@ -477,7 +484,8 @@ static int predict_run(int argc, char **argv)
         goto cleanup;
     }
     /* under mpirun every rank classifies its share of the tiles; rank 0 writes */
-    hsi_predict_opts po = {.batch = batch, .progress_label = verbose ? "predict" : NULL, .across_ranks = 1};
+    hsi_predict_opts po = {.batch = batch, .progress_label = verbose ? "predict" : NULL, .across_ranks = 1,
+                           .device = dev};
     HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
     if (hsi_dist_rank() == 0) HSI_TRY(hsi_run_write_map(&run, pos[2], map, L, S, &cube.meta));
 cleanup:
@@ -490,14 +498,19 @@ cleanup:
 }
 
 HSI_CLI_COMMAND(predict, {"predict", "classify every pixel of a cube with a trained model",
-                          "usage: hsi predict DIR CUBE OUT [--var NAME] [--batch N] [--quiet] [--overwrite]\n"
+                          "usage: hsi predict DIR CUBE OUT [--var NAME] [--batch N] [--device cpu|cuda|auto]\n"
+                          "                                [--quiet] [--overwrite]\n"
                           "\n"
                           "DIR is an `hsi train` output directory. The cube is preprocessed with\n"
                           "the fitted pipeline and classified in line tiles (memory holds one\n"
                           "tile of the preprocessed cube). OUT: .hdr (ENVI classification), .tif\n"
                           "(GeoTIFF with colour table) or .png (picture with legend). Under\n"
                           "mpirun -np N each rank classifies its share of the tiles (the same map\n"
-                          "as one process); rank 0 writes it.\n",
+                          "as one process); rank 0 writes it.\n"
+                          "  --device cpu|cuda|auto   where it runs (default cpu). cuda: each tile's\n"
+                          "                    fused pass and the model's forward on the GPU (the\n"
+                          "                    patches packed on the host), or an error saying why\n"
+                          "                    not; auto: the GPU when there is one, else the CPU\n",
                           predict_run})
 
 static int eval_run(int argc, char **argv)
@@ -505,6 +518,7 @@ static int eval_run(int argc, char **argv)
     const char *pos[3] = {NULL, NULL, NULL}, *var = NULL, *lvar = NULL, *json = NULL;
     int npos = 0, batch = 256, as_json = 0, overwrite = 0;
     hsi_eval_on on = HSI_EVAL_TEST;
+    hsi_device dev = HSI_DEVICE_CPU;
     for (int i = 1; i < argc; i++) {
         const char *v;
         long long k;
@@ -519,6 +533,8 @@ static int eval_run(int argc, char **argv)
                 return hsi_cli_usage_error("eval", "--out needs a file name (for stdout: --json)");
         } else if (!strcmp(argv[i], "--overwrite")) {
             overwrite = 1;
+        } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) {
+            if (!hsi_cli_parse_device("eval", v, &dev)) return HSI_EXIT_USAGE;
         } else if (hsi_cli_opt(argc, argv, &i, "--on", &v)) {
             if (!v || hsi_eval_on_parse(&on, v) != HSI_OK)
                 return hsi_cli_usage_error("eval", "--on expects test, train or all");
@@ -541,6 +557,7 @@ static int eval_run(int argc, char **argv)
     memset(&run, 0, sizeof run);
     hsi_cube_init(&cube);
     hsi_labels_init(&lab);
+    HSI_TRY(hsi_cli_device_ready(dev));
     HSI_TRY(hsi_run_load(&run, pos[0]));
     HSI_TRY(hsi_cube_open(&cube, pos[1], &(hsi_open_options){var, 0}));
     HSI_TRY(hsi_prep_check(&run.prep, &cube.view, pos[1]));
@@ -562,7 +579,7 @@ static int eval_run(int argc, char **argv)
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    hsi_predict_opts po = {.batch = batch, .progress_label = "predict", .across_ranks = 1};
+    hsi_predict_opts po = {.batch = batch, .progress_label = "predict", .across_ranks = 1, .device = dev};
     HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
     if (hsi_dist_rank() != 0) goto cleanup; /* rank 0 scores and prints */
     HSI_TRY(hsi_run_evaluate(&run, &mt, map, &lab.map, on, &unknown));
@@ -602,7 +619,7 @@ cleanup:
 HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
                        "usage: hsi eval DIR CUBE LABELS [--on test|train|all] [--var NAME]\n"
                        "                [--labels-var NAME] [--json] [--out FILE.json] [--overwrite]\n"
-                       "                [--batch N]\n"
+                       "                [--batch N] [--device cpu|cuda|auto]\n"
                        "\n"
                        "Predicts the scene and prints OA, AA, kappa, per-class recall,\n"
                        "precision, F1 and the confusion matrix (under mpirun -np N the ranks\n"
@@ -614,5 +631,6 @@ HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
                        "             training scene this scores the training pixels too)\n"
                        "  --on train only the training pixels (how well the model fits them)\n"
                        "  --json     print the metrics as JSON on stdout (and nothing else there)\n"
-                       "  --out F    also write them to F as JSON (-o F)\n",
+                       "  --out F    also write them to F as JSON (-o F)\n"
+                       "  --device D where the prediction runs, as for hsi predict\n",
                        eval_run})

@@ -79,6 +79,7 @@ hsi_status kcli_fit(hsi_prep *p, const hsi_cube *c, const kcli_mask *mk, const k
     s.n_threads = (int)o->threads;
     s.progress = 1;
     s.split = split;
+    s.device = o->device;
     return hsi_prep_fit(p, c, mk && mk->open ? &mk->view : NULL, &s);
 }
 
@@ -103,5 +104,13 @@ int kcli_opt(const char *cmd, int argc, char **argv, int *i, kcli_opts *o, unsig
         if (hsi_cli_opt(argc, argv, i, "--threads", &v))
             return hsi_cli_parse_int(cmd, "--threads", v, 1, 64, &o->threads) ? 1 : -1;
     }
+    if ((which & KCLI_OPT_DEVICE) && hsi_cli_opt(argc, argv, i, "--device", &v))
+        return hsi_cli_parse_device(cmd, v, &o->device) ? 1 : -1;
     return 0;
+}
+
+hsi_prep_pass kcli_pass(const kcli_opts *o)
+{
+    return (hsi_prep_pass){.tile_lines = o->tile_lines, .n_threads = (int)o->threads,
+                           .device = o->device};
 }

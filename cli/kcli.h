@@ -29,13 +29,21 @@ typedef struct kcli_opts {
     const char *bands, *wavelengths, *normalize; /* --bands, --wavelengths, --normalize */
     int drop_bbl;                                /* --drop-bbl */
     long long tile_lines, threads;               /* --tile-lines, --threads (0 = default) */
+    hsi_device device;                           /* --device (default cpu) */
 } kcli_opts;
-enum { KCLI_OPT_BANDS = 1, KCLI_OPT_NORMALIZE = 2, KCLI_OPT_TILES = 4 };
+enum { KCLI_OPT_BANDS = 1, KCLI_OPT_NORMALIZE = 2, KCLI_OPT_TILES = 4, KCLI_OPT_DEVICE = 8 };
 /* Parses argv[*i] if it is one of the shared options selected by `which`
  * (BANDS: --bands --wavelengths --drop-bbl; NORMALIZE: --normalize; TILES:
- * --tile-lines --threads). Returns 1 when consumed, 0 when it is not one of
- * them, -1 after printing a usage error. */
+ * --tile-lines --threads; DEVICE: --device). Returns 1 when consumed, 0
+ * when it is not one of them, -1 after printing a usage error. */
 int kcli_opt(const char *cmd, int argc, char **argv, int *i, kcli_opts *o, unsigned which);
+/* The help lines of --device, for the commands that take it. */
+#define KCLI_DEVICE_HELP                                                                        \
+    "  --device cpu|cuda|auto   where the passes run (default cpu). cuda: on the GPU,\n"        \
+    "                    or an error saying why not; auto: the GPU when there is one\n"       \
+    "                    and the pass can run there, else the CPU\n"
+/* The fused pass's settings from the shared options. */
+hsi_prep_pass kcli_pass(const kcli_opts *o);
 
 /* Parses --interleave bsq|bil|bip. */
 int kcli_parse_interleave(const char *cmd, const char *s, hsi_interleave *out);

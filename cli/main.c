@@ -136,6 +136,22 @@ int hsi_cli_parse_double(const char *cmd, const char *opt, const char *s, double
     return 1;
 }
 
+int hsi_cli_parse_device(const char *cmd, const char *s, hsi_device *out)
+{
+    if (!s) return hsi_cli_usage_error(cmd, "--device needs cpu, cuda or auto") && 0;
+    if (hsi_device_parse(out, s, "--device") != HSI_OK) {
+        hsi_cli_usage_error(cmd, "%s", hsi_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+hsi_status hsi_cli_device_ready(hsi_device d)
+{
+    hsi_device got;
+    return d == HSI_DEVICE_CUDA ? hsi_device_resolve(&got, d, "--device cuda") : HSI_OK;
+}
+
 static int cmp_cmd(const void *a, const void *b)
 {
     return strcmp((*(const hsi_cli_cmd *const *)a)->name, (*(const hsi_cli_cmd *const *)b)->name);

@@ -154,6 +154,12 @@ typedef struct hsi_view {
     int64_t strides[HSI_MAX_DIMS];
 } hsi_view;
 
+/* 1 when v's buffer is device memory (the CUDA kernels' data). */
+static inline int hsi_view_on_device(const hsi_view *v)
+{
+    return v && v->buf && v->buf->kind == HSI_BUF_DEVICE;
+}
+
 /* Makes a view over buf (retained) after checking that every addressed byte
  * lies inside the buffer. Zero-size shapes are allowed. */
 hsi_status hsi_view_make(hsi_view *out, hsi_buffer *buf, int64_t offset,
@@ -300,6 +306,36 @@ void hsi_aligned_free(void *p);
 /* CUDA presence (always callable; 0 in a CPU-only build). */
 int hsi_cuda_built(void);
 int hsi_cuda_device_count(void);
+
+/* Where an op runs: what --device says (zero = the CPU, so zeroed options
+ * keep today's behaviour). */
+typedef enum hsi_device {
+    HSI_DEVICE_CPU = 0,
+    HSI_DEVICE_CUDA = 1, /* the GPU, or an error saying why not */
+    HSI_DEVICE_AUTO = 2  /* the GPU when there is one and the op takes the call, else the CPU */
+} hsi_device;
+
+/* "cpu", "cuda" or "auto" (any case); else HSI_ERR_ARG naming `what`
+ * (the option, "--device"). */
+hsi_status hsi_device_parse(hsi_device *out, const char *text, const char *what);
+const char *hsi_device_name(hsi_device d); /* "cpu", "cuda", "auto" */
+
+/* The one backend rule every dispatching op follows (as ggml's
+ * supports_op): data in device memory goes to the CUDA kernel (or, when
+ * cuda_unsupported says why it cannot take the call, HSI_ERR_UNSUPPORTED:
+ * copy it to the host first); host data goes where `want` says: CPU; CUDA
+ * when the op takes the call and a device is there (else
+ * HSI_ERR_UNSUPPORTED naming the op and cuda_unsupported, or
+ * HSI_ERR_NO_CUDA with the plugin's or the runtime's reason); AUTO: CUDA
+ * when both hold, else the CPU. cuda_unsupported: NULL when the op's CUDA
+ * kernel takes this call, else why not. *out is CPU or CUDA. */
+hsi_status hsi_device_pick(hsi_device *out, hsi_device want, int data_on_device, const char *op,
+                           const char *cuda_unsupported);
+
+/* A whole job's device, decided once at its start: AUTO becomes CUDA when
+ * a device is present, else CPU; CUDA is checked (HSI_ERR_NO_CUDA naming
+ * `what` and the reason when there is no device). */
+hsi_status hsi_device_resolve(hsi_device *out, hsi_device want, const char *what);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 hsi_status hsi_cuda_alloc_buffer(hsi_buffer *b, size_t size, hsi_buf_kind kind);
@@ -180,4 +181,58 @@ hsi_status hsi_cuda_alloc_buffer(hsi_buffer *b, size_t size, hsi_buf_kind kind)
                                    : "cannot allocate device memory");
     if (st != HSI_OK) return st;
     return t->alloc_buffer(b, size, kind);
+}
+
+/* ------------------------------------------------- the backend rule */
+
+hsi_status hsi_device_parse(hsi_device *out, const char *text, const char *what)
+{
+    static const struct { const char *name; hsi_device d; } names[] = {
+        {"cpu", HSI_DEVICE_CPU}, {"cuda", HSI_DEVICE_CUDA}, {"auto", HSI_DEVICE_AUTO}};
+    for (size_t i = 0; text && i < sizeof names / sizeof names[0]; i++)
+        if (!strcasecmp(text, names[i].name)) {
+            *out = names[i].d;
+            return HSI_OK;
+        }
+    return hsi_fail(HSI_ERR_ARG, "%s expects cpu, cuda or auto (got '%s')", what ? what : "--device",
+                    text ? text : "");
+}
+
+const char *hsi_device_name(hsi_device d)
+{
+    return d == HSI_DEVICE_CUDA ? "cuda" : d == HSI_DEVICE_AUTO ? "auto" : "cpu";
+}
+
+hsi_status hsi_device_pick(hsi_device *out, hsi_device want, int data_on_device, const char *op,
+                           const char *cuda_unsupported)
+{
+    const hsi_cuda_plugin *t;
+    *out = HSI_DEVICE_CPU;
+    if (!op) op = "this op";
+    if (data_on_device) {
+        if (cuda_unsupported)
+            return hsi_fail(HSI_ERR_UNSUPPORTED,
+                            "%s: the data is in device memory, and on the GPU %s (copy it to the "
+                            "host first)", op, cuda_unsupported);
+        *out = HSI_DEVICE_CUDA;
+        return HSI_OK;
+    }
+    if (want == HSI_DEVICE_CPU) return HSI_OK;
+    if (cuda_unsupported) {
+        if (want == HSI_DEVICE_AUTO) return HSI_OK;
+        return hsi_fail(HSI_ERR_UNSUPPORTED, "%s with --device cuda: on the GPU %s (use --device "
+                                             "cpu or auto)", op, cuda_unsupported);
+    }
+    if (want == HSI_DEVICE_AUTO) {
+        if (hsi_cuda_device_count() > 0) *out = HSI_DEVICE_CUDA;
+        return HSI_OK;
+    }
+    hsi_status st = hsi_cuda_plugin_require(&t, op);
+    if (st == HSI_OK) *out = HSI_DEVICE_CUDA;
+    return st;
+}
+
+hsi_status hsi_device_resolve(hsi_device *out, hsi_device want, const char *what)
+{
+    return hsi_device_pick(out, want, 0, what ? what : "--device cuda", NULL);
 }

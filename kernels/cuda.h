@@ -111,6 +111,9 @@ hsi_status hsi_cuda_memset(void *dev, int value, size_t n);
  * arrays; free them with hsi_stats_free. */
 hsi_status hsi_stats_compute_cuda(hsi_stats *out, const hsi_view *cube,
                                   const hsi_stats_opts *opts);
+/* NULL when hsi_stats_compute_cuda takes this call, else why not (what
+ * hsi_stats_compute's backend rule says; never loads the plugin). */
+const char *hsi_stats_cuda_unsupported(const hsi_view *cube, const hsi_stats_opts *opts);
 
 /* The fused pass on the GPU (kernels/fused_cuda.cu), same semantics as
  * hsi_fused_run: raw elements (any real dtype, either byte order, any
@@ -128,6 +131,9 @@ hsi_status hsi_stats_compute_cuda(hsi_stats *out, const hsi_view *cube,
 hsi_status hsi_fused_run_cuda(float *out, int out_on_device, const hsi_view *cube,
                               const hsi_norm *norm, const hsi_pca *pca,
                               const hsi_fused_opts *opts);
+/* NULL when hsi_fused_run_cuda takes this call, else why not (never
+ * loads the plugin). */
+const char *hsi_fused_cuda_unsupported(const hsi_view *cube, const hsi_fused_opts *opts);
 
 #ifdef __cplusplus
 }

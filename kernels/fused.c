@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kern_internal.h"
+#include "kernels/cuda.h"
 
 int64_t hsi_fused_n_out(const hsi_norm *norm, const hsi_pca *pca)
 {
@@ -154,6 +155,14 @@ cleanup:
     return st;
 }
 
+const char *hsi_fused_cuda_unsupported(const hsi_view *cube, const hsi_fused_opts *o)
+{
+    (void)o;
+    if (cube && cube->ndim == 3 && cube->shape[1] * cube->shape[2] > INT32_MAX / 2)
+        return "a cube has at most 2^30 pixels (cuBLAS's int dimensions)";
+    return NULL;
+}
+
 hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_in, const hsi_pca *pca,
                          const hsi_fused_opts *opts)
 {
@@ -165,6 +174,10 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     hsi_progress prog;
     int64_t done = 0;
     int blas_prev;
+    hsi_device dev;
+    HSI_TRY(hsi_device_pick(&dev, o->device, hsi_view_on_device(cube), "fused pass",
+                            hsi_fused_cuda_unsupported(cube, o)));
+    if (dev == HSI_DEVICE_CUDA) return hsi_fused_run_cuda(out, 0, cube, norm_in, pca, o);
     HSI_TRY(hsi_kern_check_cube(cube, "fused pass"));
     const hsi_norm *norm = pca ? &pca->norm : norm_in;
     if (!norm) {

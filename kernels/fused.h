@@ -33,6 +33,9 @@ typedef struct hsi_fused_opts {
     const char *progress_label;
     hsi_tile_sink sink;       /* NULL: write into `out` */
     void *sink_ctx;
+    hsi_device device;        /* where hsi_fused_run runs a host cube (core.h's rule; a
+                                 device cube always goes to the GPU): CPU (0), CUDA, AUTO.
+                                 `out` is host memory either way. */
 } hsi_fused_opts;
 
 /* Output bands: pca ? pca->n_components : norm->n_bands. */

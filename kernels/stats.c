@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kern_internal.h"
+#include "kernels/cuda.h"
 
 void hsi_stats_merge(int64_t *na, double *mean_a, double *m2_a, int64_t nb, double mean_b,
                      double m2_b)
@@ -557,8 +558,24 @@ static hsi_status exchange_partials(stats_ctx *c, int64_t nb)
     return st;
 }
 
+const char *hsi_stats_cuda_unsupported(const hsi_view *cube, const hsi_stats_opts *o)
+{
+    if (o && (o->hist_bins != 0 || o->n_percentiles != 0))
+        return "histograms and percentiles are computed on the CPU only";
+    if (o && o->split && o->split->n_parts > 1)
+        return "a pass shared by MPI ranks is computed on the CPU only";
+    if (cube && cube->ndim == 3 && cube->shape[0] > 65535) return "a cube has at most 65535 bands";
+    return NULL;
+}
+
 hsi_status hsi_stats_compute(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts)
 {
+    hsi_device d;
+    memset(out, 0, sizeof *out);
+    hsi_status st = hsi_device_pick(&d, opts ? opts->device : HSI_DEVICE_CPU, hsi_view_on_device(cube),
+                                    "statistics", hsi_stats_cuda_unsupported(cube, opts));
+    if (st != HSI_OK) return st;
+    if (d == HSI_DEVICE_CUDA) return hsi_stats_compute_cuda(out, cube, opts);
     return hsi_stats_compute_hooked(out, cube, opts, 0, NULL, NULL);
 }
 

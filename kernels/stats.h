@@ -40,6 +40,8 @@ typedef struct hsi_stats_opts {
     int n_threads;       /* 0 = hsi_threads() */
     const char *progress_label; /* NULL = no progress bar */
     const hsi_pass_split *split; /* NULL = one process (no histogram when split) */
+    hsi_device device;   /* where hsi_stats_compute runs a host cube (core.h's rule;
+                            a device cube always goes to the GPU): CPU (0), CUDA, AUTO */
 } hsi_stats_opts;
 
 /* Results; every array has n_bands entries unless said otherwise.

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/prng.h"
+#include "pipeline/patches_cuda.h"
 
 hsi_status hsi_patcher_init(hsi_patcher *p, const hsi_view *cube, int patch, hsi_pad_mode pad,
                             const hsi_augment *aug)
@@ -22,8 +23,6 @@ hsi_status hsi_patcher_init(hsi_patcher *p, const hsi_view *cube, int patch, hsi
                         "patches: expected a float32 cube in native byte order, found %s%s "
                         "(convert it with hsi_view_contiguous)",
                         hsi_dtype_name(cube->dtype), cube->swapped ? " byte-swapped" : "");
-    if (cube->buf->kind == HSI_BUF_DEVICE)
-        return HSI_FAIL(HSI_ERR_UNSUPPORTED, "patches: the cube lives in GPU memory");
     if (patch < 1 || patch % 2 == 0 || patch > HSI_PATCH_MAX)
         return HSI_FAIL(HSI_ERR_ARG, "patches: patch size must be odd and in [1, %d] (found %d)",
                         HSI_PATCH_MAX, patch);
@@ -44,6 +43,7 @@ hsi_status hsi_patcher_init(hsi_patcher *p, const hsi_view *cube, int patch, hsi
                         "multiples of 4", (long long)cube->offset, (long long)cube->strides[0],
                         (long long)cube->strides[1], (long long)cube->strides[2]);
     hsi_view_ref(&p->cube, cube);
+    p->on_device = hsi_view_on_device(cube);
     p->data = (const float *)((const char *)cube->buf->data + cube->offset);
     p->sb = cube->strides[0] / 4;
     p->sy = cube->strides[1] / 4;
@@ -195,6 +195,12 @@ hsi_status hsi_patches_extract(const hsi_patcher *p, float *out, const int64_t *
                                int augment, uint64_t seed)
 {
     int64_t per = hsi_patcher_sample_floats(p);
+    hsi_device d;
+    hsi_status st0 = hsi_device_pick(&d, HSI_DEVICE_CPU, p->on_device, "patches", NULL);
+    if (st0 != HSI_OK) return st0;
+    if (d == HSI_DEVICE_CUDA)
+        return hsi_patches_extract_cuda(out, &p->cube, p->patch, p->pad, &p->aug, pixels, n, augment,
+                                        seed);
     for (int64_t i = 0; i < n; i++) {
         hsi_status st = check_pixel(p, i, pixels[i]);
         if (st != HSI_OK) return st;
@@ -210,6 +216,9 @@ hsi_status hsi_patch_fill(void *ctx, const hsi_batch *b)
     const hsi_patcher *p = ds->patcher;
     int64_t per = hsi_patcher_sample_floats(p);
     float *x = b->x;
+    if (p->on_device)
+        return HSI_FAIL(HSI_ERR_UNSUPPORTED, "patches: the loader fills host batches, and this "
+                                             "patcher's cube lives in GPU memory");
     int32_t *y = b->y;
     for (int64_t i = 0; i < b->n; i++) {
         int64_t px = ds->pixels[b->samples[i]];

@@ -38,13 +38,16 @@ typedef struct hsi_patcher {
     int patch, radius;  /* P = 2 * radius + 1 */
     hsi_pad_mode pad;
     hsi_augment aug;
+    int on_device;      /* the cube is in device memory: extraction runs on the GPU */
 } hsi_patcher;
 
 /* cube: (bands, lines, samples) float32 host view in native byte order
  * with element strides that are multiples of 4 bytes: band-major packed
  * (BSQ) is the fast path, pixel-major (BIP, band stride 4 bytes) has its
  * own loop, any other strides work through the general gather. aug may be
- * NULL (none). The patcher holds a reference to the cube. */
+ * NULL (none). The patcher holds a reference to the cube. A cube in device
+ * memory is taken too: hsi_patches_extract then runs the CUDA kernel
+ * (pipeline/patches_cuda.h) on device arrays. */
 hsi_status hsi_patcher_init(hsi_patcher *p, const hsi_view *cube, int patch, hsi_pad_mode pad,
                             const hsi_augment *aug);
 void hsi_patcher_free(hsi_patcher *p);
@@ -63,7 +66,10 @@ uint64_t hsi_patch_sample_seed(uint64_t batch_seed, int64_t i);
 
 /* out: (n, C, P, P) packed float32; pixels: (n,) flat indices
  * y * n_samples + x. augment = 0: plain windows; 1: sample i augmented
- * with hsi_patch_sample_seed(seed, i). Thread-safe (reads only p). */
+ * with hsi_patch_sample_seed(seed, i). Thread-safe (reads only p). With a
+ * device cube (p->on_device) out and pixels are DEVICE arrays and the work
+ * is queued on this thread's stream (hsi_patches_extract_cuda's contract:
+ * a pixel outside the scene gives a NaN patch instead of an error). */
 hsi_status hsi_patches_extract(const hsi_patcher *p, float *out, const int64_t *pixels, int64_t n,
                                int augment, uint64_t seed);
 

@@ -12,6 +12,7 @@
 
 #include "core/dist.h"
 #include "kernels/bands.h"
+#include "kernels/cuda.h"
 #include "kernels/fused.h"
 #include "kernels/stats.h"
 #include "models/checkpoint.h"
@@ -156,7 +157,8 @@ hsi_status hsi_prep_fit(hsi_prep *out, const hsi_cube *c, const hsi_view *mask,
                          .tile_lines = spec->tile_lines,
                          .n_threads = spec->n_threads,
                          .progress_label = spec->progress ? "statistics" : NULL,
-                         .split = spec->split};
+                         .split = spec->split,
+                         .device = spec->device};
     hsi_pca_opts po = {.n_components = spec->pca > 0 ? (spec->pca < ns ? spec->pca : ns) : 0,
                        .variance_fraction = spec->pca > 0 ? 0 : spec->pca_variance,
                        .whiten = spec->whiten,
@@ -168,7 +170,11 @@ hsi_status hsi_prep_fit(hsi_prep *out, const hsi_cube *c, const hsi_view *mask,
     /* An affine map (no ignore value to fill, no L2) moves the covariance
      * of the raw bands exactly: cov_f = D cov_raw D, D = diag(scale). The
      * statistics and the raw covariance then come from one read. */
-    if (need_stats && want_pca && !has_ig && mode != HSI_NORM_L2) {
+    hsi_device sd = HSI_DEVICE_CPU;
+    if (need_stats) /* statistics on the GPU: then the covariance is a second (CPU) pass */
+        HSI_TRY(hsi_device_pick(&sd, spec->device, hsi_view_on_device(&c->view), "statistics",
+                                hsi_stats_cuda_unsupported(&c->view, &so)));
+    if (need_stats && want_pca && !has_ig && mode != HSI_NORM_L2 && sd == HSI_DEVICE_CPU) {
         so.progress_label = spec->progress ? "statistics + covariance" : NULL;
         HSI_TRY(fit_one_pass(out, c, &s, sel, ns, mode, &cal, &so, &po));
         if (out->has_pca) goto cleanup;
@@ -202,16 +208,19 @@ hsi_status hsi_prep_check(const hsi_prep *p, const hsi_view *cube, const char *w
     return HSI_OK;
 }
 
+static const hsi_prep_pass no_pass;
+
 hsi_status hsi_prep_transform(hsi_view *out, const hsi_prep *p, const hsi_view *cube,
-                              const char *progress_label, int64_t tile_lines, int n_threads)
+                              const hsi_prep_pass *pass)
 {
     hsi_status st = HSI_OK;
+    const hsi_prep_pass *ps = pass ? pass : &no_pass;
     memset(out, 0, sizeof *out);
     HSI_TRY(hsi_prep_check(p, cube, NULL));
     int64_t shape[3] = {hsi_prep_n_out(p), cube->shape[1], cube->shape[2]};
     HSI_TRY(hsi_view_alloc(out, HSI_F32, 3, shape, HSI_BUF_HOST));
-    hsi_fused_opts fo = {.tile_lines = tile_lines, .n_threads = n_threads,
-                         .progress_label = progress_label};
+    hsi_fused_opts fo = {.tile_lines = ps->tile_lines, .n_threads = ps->n_threads,
+                         .progress_label = ps->progress_label, .device = ps->device};
     st = hsi_fused_run(out->buf->data, cube, &p->norm, p->has_pca ? &p->pca : NULL, &fo);
     if (st != HSI_OK) hsi_view_release(out);
 cleanup:
@@ -249,9 +258,7 @@ typedef struct share_job {
     const hsi_prep *p;
     const hsi_view *cube;
     int pixel_major; /* the pass's products (not the file's interleave) */
-    int64_t tile_lines;
-    int n_threads;
-    const char *label; /* progress, or NULL */
+    hsi_prep_pass pass; /* progress_label NULL: no bar */
 } share_job;
 
 /* Projects lines [y0, y1) of the cube into their place in the output. */
@@ -263,20 +270,25 @@ static hsi_status project_share(void *ctx, hsi_envi_writer *w, int64_t y0, int64
     HSI_TRY(hsi_view_slice(&share, j->cube, 1, y0, y1, 1));
     share_sink sh = {w, y0};
     hsi_fused_opts fo = {.pixel_major = j->pixel_major,
-                         .tile_lines = j->tile_lines,
-                         .n_threads = j->n_threads,
-                         .progress_label = j->label,
+                         .tile_lines = j->pass.tile_lines,
+                         .n_threads = j->pass.n_threads,
+                         .progress_label = j->pass.progress_label,
                          .sink = sink_share,
-                         .sink_ctx = &sh};
+                         .sink_ctx = &sh,
+                         .device = j->pass.device};
     st = hsi_fused_run(NULL, &share, &j->p->norm, j->p->has_pca ? &j->p->pca : NULL, &fo);
     hsi_view_release(&share);
 cleanup:
     return st;
 }
 
+static const char *pass_label(const hsi_prep *p) { return p->has_pca ? "project" : "normalise"; }
+
+/* exact: band-major products whatever il is, and only the label the
+ * caller gave */
 static hsi_status write_share(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
-                              const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines, int n_threads,
-                              int across_ranks, int pixel_major, const char *label)
+                              const hsi_meta *out_meta, hsi_interleave il, const hsi_prep_pass *pass,
+                              int across_ranks, int exact)
 {
     hsi_status st = hsi_prep_check(p, cube, out_hdr);
     if (st != HSI_OK) return st;
@@ -284,32 +296,31 @@ static hsi_status write_share(const char *out_hdr, const hsi_prep *p, const hsi_
     hsi_envi_write_options_init(&wo);
     wo.interleave = il;
     wo.dtype = HSI_F32;
-    share_job j = {p, cube, pixel_major, tile_lines, n_threads, across_ranks && hsi_dist_rank() != 0 ? NULL : label};
+    share_job j = {p, cube, !exact && il == HSI_BIP, pass ? *pass : no_pass};
+    if (!exact && !j.pass.progress_label) j.pass.progress_label = pass_label(p);
+    if (across_ranks && hsi_dist_rank() != 0) j.pass.progress_label = NULL;
     return hsi_envi_write_shared(out_hdr, out_meta, hsi_prep_n_out(p), cube->shape[1], cube->shape[2], &wo,
                                  across_ranks, project_share, &j);
 }
 
-static const char *pass_label(const hsi_prep *p) { return p->has_pca ? "project" : "normalise"; }
-
 hsi_status hsi_prep_write_envi(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
-                               const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
-                               int n_threads)
+                               const hsi_meta *out_meta, hsi_interleave il, const hsi_prep_pass *pass)
 {
-    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 0, il == HSI_BIP, pass_label(p));
+    return write_share(out_hdr, p, cube, out_meta, il, pass, 0, 0);
 }
 
 hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
-                                    const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
-                                    int n_threads)
+                                    const hsi_meta *out_meta, hsi_interleave il,
+                                    const hsi_prep_pass *pass)
 {
-    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, n_threads, 1, il == HSI_BIP, pass_label(p));
+    return write_share(out_hdr, p, cube, out_meta, il, pass, 1, 0);
 }
 
 hsi_status hsi_prep_write_envi_exact(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
-                                     const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
-                                     const char *progress_label)
+                                     const hsi_meta *out_meta, hsi_interleave il,
+                                     const hsi_prep_pass *pass)
 {
-    return write_share(out_hdr, p, cube, out_meta, il, tile_lines, 0, 0, 0, progress_label);
+    return write_share(out_hdr, p, cube, out_meta, il, pass, 0, 1);
 }
 
 static const char *const drop_keys[] = {"data gain values",          "data offset values",

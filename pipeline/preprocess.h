@@ -32,6 +32,8 @@ typedef struct hsi_prep_spec {
     int n_threads;            /* 0 = hsi_threads() */
     int progress;             /* 1: progress bars on stderr (when it is a terminal) */
     const hsi_pass_split *split; /* the fit shared by processes (hsi_prep_dist_split); NULL = this one */
+    hsi_device device;        /* where the statistics run (core.h's rule); the covariance
+                                 of the PCA fit is on the CPU whatever this says */
 } hsi_prep_spec;
 
 void hsi_prep_spec_init(hsi_prep_spec *s); /* every band, zscore, no PCA */
@@ -70,32 +72,39 @@ int64_t hsi_prep_n_out(const hsi_prep *p);
  * `what` names the cube in the message. */
 hsi_status hsi_prep_check(const hsi_prep *p, const hsi_view *cube, const char *what);
 
+/* How a fitted pipeline's pass runs. Zeroed (or NULL) = defaults. */
+typedef struct hsi_prep_pass {
+    int64_t tile_lines;         /* 0 = kernel default */
+    int n_threads;              /* 0 = hsi_threads() */
+    const char *progress_label; /* transform: NULL = no bar; the ENVI writers: NULL =
+                                   "project" or "normalise" */
+    hsi_device device;          /* where the fused pass runs (core.h's rule) */
+} hsi_prep_pass;
+
 /* The fused pass over a whole cube or a crop of one (a tile): out is
- * allocated as a packed (n_out, lines, samples) float32 host view.
- * progress_label: NULL = no progress bar. */
+ * allocated as a packed (n_out, lines, samples) float32 host view. */
 hsi_status hsi_prep_transform(hsi_view *out, const hsi_prep *p, const hsi_view *cube,
-                              const char *progress_label, int64_t tile_lines, int n_threads);
+                              const hsi_prep_pass *pass);
 
 /* Streams the fused pass to an ENVI float32 cube (out_meta from
  * hsi_prep_out_meta), tile by tile: bounded memory, written atomically. */
 hsi_status hsi_prep_write_envi(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
-                               const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
-                               int n_threads);
+                               const hsi_meta *out_meta, hsi_interleave il, const hsi_prep_pass *pass);
 /* The same, shared by the ranks of this job (core/dist.h): every rank calls
  * it; each projects its share of the lines and writes them where they go in
  * the one output, which rank 0 opens, sizes and, once every rank has
  * finished, renames into place. The bytes are those of one process. With
  * one rank: hsi_prep_write_envi. */
 hsi_status hsi_prep_write_envi_dist(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
-                                    const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
-                                    int n_threads);
+                                    const hsi_meta *out_meta, hsi_interleave il,
+                                    const hsi_prep_pass *pass);
 /* hsi_prep_write_envi, one process, with the floats of hsi_prep_transform
  * whatever il is: the pass multiplies band-major, where a BIP output
  * otherwise multiplies pixel-major (faster, and may differ in the last
- * bit). progress_label: a progress bar, or NULL. */
+ * bit). */
 hsi_status hsi_prep_write_envi_exact(const char *out_hdr, const hsi_prep *p, const hsi_view *cube,
-                                     const hsi_meta *out_meta, hsi_interleave il, int64_t tile_lines,
-                                     const char *progress_label);
+                                     const hsi_meta *out_meta, hsi_interleave il,
+                                     const hsi_prep_pass *pass);
 
 /* The output header: a copy of in for the selected bands, or k "PCn (x %)"
  * bands with PCA; calibration and ignore value removed (the output is

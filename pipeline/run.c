@@ -15,7 +15,10 @@
 #include "io/gdal_io.h"
 #include "io/labels.h"
 #include "io/quicklook.h"
+#include "kernels/cuda.h"
 #include "models/checkpoint.h"
+#include "models/model_cuda.h"
+#include "models/optim.h"
 #include "models/tensor.h"
 #include "pipeline/run_internal.h"
 
@@ -59,6 +62,67 @@ int hsi_run_class_of(const hsi_run *r, int64_t label)
 }
 
 /* ------------------------------------------------------------ predict */
+
+/* The model's copy on the GPU for a prediction: batches of patches packed
+ * on the host, uploaded, classified there, the logits read back. */
+typedef struct gpu_classifier {
+    hsi_dmodel *dm;
+    float *x_h, *x_d, *z_h; /* (batch, sample) host and device, (batch, K) host */
+    int batch, nd;
+    int64_t sample_floats;
+} gpu_classifier;
+
+static void gpu_classifier_free(gpu_classifier *q)
+{
+    hsi_dmodel_free(q->dm);
+    hsi_cuda_free(q->x_d);
+    free(q->x_h);
+    free(q->z_h);
+    memset(q, 0, sizeof *q);
+}
+
+static hsi_status gpu_classifier_init(gpu_classifier *q, const hsi_run *r, int batch)
+{
+    hsi_status st = HSI_OK;
+    int64_t shape[5];
+    hsi_optim_config oc;
+    memset(q, 0, sizeof *q);
+    q->nd = hsi_model_input_shape(r->model, 1, r->n_features, r->patch, shape);
+    q->batch = batch;
+    q->sample_floats = 1;
+    for (int k = 1; k < q->nd; k++) q->sample_floats *= shape[k];
+    hsi_optim_config_default(&oc, HSI_OPT_ADAMW); /* no step is taken */
+    HSI_TRY(hsi_dmodel_create(&q->dm, r->net, q->nd - 1, shape + 1, batch, &oc, 0));
+    size_t xb = sizeof(float) * (size_t)(q->sample_floats * batch);
+    q->x_h = malloc(xb);
+    q->z_h = malloc(sizeof(float) * (size_t)batch * (size_t)r->n_classes);
+    if (!q->x_h || !q->z_h) {
+        st = HSI_FAIL(HSI_ERR_NOMEM, "predict: out of memory for a batch of %d", batch);
+        goto cleanup;
+    }
+    HSI_TRY(hsi_cuda_malloc((void **)&q->x_d, xb));
+cleanup:
+    if (st != HSI_OK) gpu_classifier_free(q);
+    return st;
+}
+
+static hsi_status gpu_classify(gpu_classifier *q, const hsi_run *r, int32_t *pred,
+                               const hsi_patcher *pt, const int64_t *pixels, int64_t n)
+{
+    hsi_status st = HSI_OK;
+    const int K = r->n_classes;
+    for (int64_t i0 = 0; i0 < n; i0 += q->batch) {
+        int nb = (int)(i0 + q->batch <= n ? q->batch : n - i0);
+        const float *z_d = NULL;
+        HSI_TRY(hsi_patches_extract(pt, q->x_h, pixels + i0, nb, 0, 0));
+        HSI_TRY(hsi_cuda_upload(q->x_d, q->x_h, sizeof(float) * (size_t)(q->sample_floats * nb)));
+        HSI_TRY(hsi_dmodel_predict(q->dm, &z_d, q->x_d, nb));
+        HSI_TRY(hsi_cuda_download(q->z_h, z_d, sizeof(float) * (size_t)nb * (size_t)K));
+        for (int i = 0; i < nb; i++) pred[i0 + i] = (int32_t)hsi_run_argmax(q->z_h + (size_t)i * K, K);
+    }
+cleanup:
+    return st;
+}
 
 /* y_true NULL: classes only. */
 static hsi_status classify(const hsi_run *r, int32_t *pred, const hsi_patcher *pt,
@@ -126,10 +190,14 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
     hsi_graph *g = NULL;
     int64_t *pix = NULL;
     int32_t *pred = NULL;
+    gpu_classifier gq = {0};
+    hsi_device dev;
     if (opts) o = *opts;
     if (o.batch <= 0) o.batch = 256;
     if (o.tile_lines <= 0) o.tile_lines = 64;
     HSI_TRY(hsi_prep_check(&r->prep, cube, NULL));
+    HSI_TRY(hsi_device_pick(&dev, o.device, 0, "predict", NULL));
+    if (dev == HSI_DEVICE_CUDA) HSI_TRY(gpu_classifier_init(&gq, r, o.batch));
     const int64_t L = cube->shape[1], S = cube->shape[2], T = o.tile_lines;
     if (o.features && (o.features->ndim != 3 || o.features->shape[0] != r->n_features ||
                        o.features->shape[1] != L || o.features->shape[2] != S))
@@ -161,7 +229,7 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
             st = hsi_view_crop(&fc, o.features, a, b - a, 0, S);
         } else {
             HSI_TRY(hsi_view_crop(&crop, cube, a, b - a, 0, S));
-            st = hsi_prep_transform(&fc, &r->prep, &crop, NULL, 0, 0);
+            st = hsi_prep_transform(&fc, &r->prep, &crop, &(hsi_prep_pass){.device = dev});
             hsi_view_release(&crop);
         }
         if (st != HSI_OK) goto cleanup;
@@ -170,7 +238,8 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
         if (st != HSI_OK) goto cleanup;
         for (int64_t y = 0; y < n; y++)
             for (int64_t x = 0; x < S; x++) pix[y * S + x] = (y0 + y - a) * S + x;
-        st = hsi_run_classify(r, pred, &pt, pix, n * S, o.batch, g);
+        st = gq.dm ? gpu_classify(&gq, r, pred, &pt, pix, n * S)
+                   : hsi_run_classify(r, pred, &pt, pix, n * S, o.batch, g);
         hsi_patcher_free(&pt);
         if (st != HSI_OK) goto cleanup;
         for (int64_t i = 0; i < n * S; i++) map[y0 * S + i] = (int32_t)r->label_ids[pred[i]];
@@ -188,6 +257,7 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
         free(off);
     }
 cleanup:
+    gpu_classifier_free(&gq);
     hsi_graph_free(g);
     free(pix);
     free(pred);

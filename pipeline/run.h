@@ -77,6 +77,10 @@ typedef struct hsi_predict_opts {
                                   rank classifies its run of the tiles and every rank
                                   gets the whole map, the bits of one process; a rank
                                   that fails leaves the others waiting: end the job */
+    hsi_device device;         /* where the fused pass and the model run (core.h's rule):
+                                  CUDA: each tile's features by the GPU's fused pass, the
+                                  patches packed on the host, and the model's eval-mode
+                                  forward on the GPU (models/model_cuda.h) */
 } hsi_predict_opts;
 
 /* Predicts every pixel of cube ((band, line, sample), any view hsi can

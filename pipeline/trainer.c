@@ -61,7 +61,7 @@ void hsi_train_config_init(hsi_train_config *c)
     c->schedule = HSI_SCHED_COSINE;
     c->workers = 1;
     c->prefetch = 2;
-    c->device = "auto";
+    c->device = "cpu"; /* the GPU only when asked: auto or cuda */
 }
 
 struct hsi_trainer {
@@ -96,6 +96,7 @@ struct hsi_trainer {
     size_t history_len;
     char *p_state, *p_best;
     int on_gpu, have_val, first_epoch, epoch, best_epoch, since_best, stop, finished;
+    hsi_device prep_device; /* where the fit's statistics and the fused pass run */
     /* the epoch in progress (hsi_trainer_step) */
     int in_epoch;
     double ep_t0, ep_loss_sum;
@@ -370,10 +371,15 @@ static hsi_status check_config(hsi_train_config *c)
                         c->patch);
     if (c->epochs < 1 || c->batch < 1)
         return HSI_FAIL(HSI_ERR_ARG, "--epochs and --batch must be >= 1");
-    if (strcasecmp(c->device, "cpu") && strcasecmp(c->device, "auto") &&
-        strcasecmp(c->device, "cuda"))
-        return HSI_FAIL(HSI_ERR_ARG, "--device expects cpu, cuda or auto (got '%s')", c->device);
+    hsi_device dev;
+    if (hsi_device_parse(&dev, c->device, "--device") != HSI_OK) return HSI_ERR_ARG;
     int ranks = hsi_dist_size();
+    /* auto: the GPU when one is there and the run can use it (one rank, not
+     * resumed), else the CPU; the run records what was chosen */
+    if (dev == HSI_DEVICE_AUTO)
+        dev = !(c->ddp || c->deterministic || c->bn_sync || ranks > 1 || c->resume) &&
+                      hsi_cuda_device_count() > 0 ? HSI_DEVICE_CUDA : HSI_DEVICE_CPU;
+    c->device = hsi_device_name(dev);
     if (c->ddp || c->deterministic || c->bn_sync || ranks > 1) { /* the data-parallel path */
         if (!strcasecmp(c->device, "cuda"))
             return HSI_FAIL(HSI_ERR_UNSUPPORTED,
@@ -615,8 +621,10 @@ static hsi_status stream_features(hsi_trainer *t, int64_t tile_lines)
     HSI_TRY(hsi_prep_check(p, &t->cube.view, c->cube_path));
     HSI_TRY(hsi_prep_out_meta(&om, &t->cube.meta, p, "hsi train --mem-limit: streamed features (temporary)"));
     have_meta = 1;
-    HSI_TRY(hsi_prep_write_envi_exact(t->stream_hdr, p, &t->cube.view, &om, HSI_BIP, tile_lines,
-                                      c->progress_bars ? "stream features" : NULL));
+    hsi_prep_pass pass = {.tile_lines = tile_lines,
+                          .progress_label = c->progress_bars ? "stream features" : NULL,
+                          .device = t->prep_device};
+    HSI_TRY(hsi_prep_write_envi_exact(t->stream_hdr, p, &t->cube.view, &om, HSI_BIP, &pass));
     HSI_TRY(hsi_envi_open(&fcube, t->stream_hdr));
     const hsi_view *v = &fcube.view;
     if (v->dtype != HSI_F32 || v->swapped || v->ndim != 3 || v->shape[0] != no || v->shape[1] != L ||
@@ -647,7 +655,9 @@ static hsi_status make_features(hsi_trainer *t)
         return HSI_FAIL(HSI_ERR_ARG, "%s: %lld features x %lld lines x %lld samples overflow 64 bits",
                         c->cube_path, (long long)no, (long long)L, (long long)S);
     if (c->mem_limit <= 0 || bytes <= c->mem_limit)
-        return hsi_prep_transform(&t->fc, p, &t->cube.view, c->progress_bars ? "preprocess" : NULL, 0, 0);
+        return hsi_prep_transform(&t->fc, p, &t->cube.view,
+                                  &(hsi_prep_pass){.progress_label = c->progress_bars ? "preprocess" : NULL,
+                                                   .device = t->prep_device});
     /* the pass's buffers (one tile of features per thread) within an
      * eighth of the budget; the tiling does not change the floats */
     int64_t per_line = no * S * 4 * (int64_t)hsi_threads();
@@ -695,6 +705,7 @@ static hsi_status fit_preprocessing(hsi_trainer *t)
         ((uint8_t *)mask.buf->data)[i] = c->fit_on_all ? 1 : t->sp.role[i] == HSI_ROLE_TRAIN;
     hsi_prep_spec ps;
     hsi_prep_spec_init(&ps);
+    ps.device = t->prep_device;
     ps.bands = c->bands_spec;
     ps.wavelengths = c->wavelengths_spec;
     ps.drop_bbl = !c->keep_bad_bands;
@@ -899,6 +910,7 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
     t->writer = hsi_dist_rank() == 0;
     HSI_TRY(check_config(&t->c));
     t->on_gpu = !strcasecmp(t->c.device, "cuda");
+    t->prep_device = t->on_gpu ? HSI_DEVICE_CUDA : HSI_DEVICE_CPU;
     if (t->c.threads > 0) hsi_threads_set(t->c.threads);
     /* new runs are written beside the directory and moved in at the end;
      * with several ranks rank 0 decides where and tells the others (they
@@ -1238,7 +1250,8 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
         hsi_load_report rep;
         HSI_TRY(hsi_module_load(r->net, t->p_best, 1, &rep));
     }
-    hsi_predict_opts po = {.batch = c->batch * 2, .features = &t->fc, .across_ranks = t->ranks > 1};
+    hsi_predict_opts po = {.batch = c->batch * 2, .features = &t->fc, .across_ranks = t->ranks > 1,
+                           .device = t->on_gpu ? HSI_DEVICE_CUDA : HSI_DEVICE_CPU};
     if (t->ranks > 1) HSI_TRY(hsi_ddp_broadcast_state(t->ddp, 0));
     if (!t->writer) {
         t->res.epochs_run = t->epoch - t->first_epoch;

@@ -80,7 +80,7 @@ typedef struct hsi_train_config {
     int patience;                 /* early stopping on validation OA, epochs (0 = off) */
     uint64_t seed;
     int workers, prefetch;
-    const char *device;           /* cpu, cuda, auto */
+    const char *device;           /* cpu (default), cuda, auto (resolved at create) */
     int resume;                   /* continue from out_dir/train_state.safetensors */
     int overwrite;                /* replace a run already in out_dir (else it is refused) */
     int threads;                  /* > 0: threads of the engine and kernels (hsi_threads_set) */

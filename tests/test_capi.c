@@ -145,7 +145,7 @@ static void test_prep_handle(void)
     hsi_prep r;
     HSI_CHECK_OK(hsi_prep_fit(&r, &cube, NULL, &ps));
     hsi_view f;
-    HSI_CHECK_OK(hsi_prep_transform(&f, &r, &cube.view, NULL, 0, 0));
+    HSI_CHECK_OK(hsi_prep_transform(&f, &r, &cube.view, NULL));
     CU_ASSERT_EQUAL(memcmp(a, f.buf->data, sizeof(float) * 4 * 96 * 96), 0);
     hsi_view_release(&f);
     hsi_prep_free(&r);

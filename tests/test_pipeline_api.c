@@ -219,7 +219,7 @@ static void test_prep_roundtrip(void)
     HSI_CHECK_OK(hsi_prep_load(&old, legacy));
     const hsi_prep *both[2] = {&q, &old};
     hsi_view a, b;
-    HSI_CHECK_OK(hsi_prep_transform(&a, &p, &cube.view, NULL, 0, 0));
+    HSI_CHECK_OK(hsi_prep_transform(&a, &p, &cube.view, NULL));
     for (int k = 0; k < 2; k++) {
         const hsi_prep *r = both[k];
         CU_ASSERT_EQUAL(r->n_cube_bands, 128);
@@ -229,7 +229,7 @@ static void test_prep_roundtrip(void)
         CU_ASSERT_EQUAL(memcmp(r->norm.bands, p.norm.bands, 98 * sizeof(int64_t)), 0);
         CU_ASSERT_EQUAL(memcmp(r->norm.scale, p.norm.scale, 98 * sizeof(double)), 0);
         CU_ASSERT_EQUAL(memcmp(r->pca.components, p.pca.components, 6 * 98 * sizeof(double)), 0);
-        HSI_CHECK_OK(hsi_prep_transform(&b, r, &cube.view, NULL, 0, 0));
+        HSI_CHECK_OK(hsi_prep_transform(&b, r, &cube.view, NULL));
         CU_ASSERT_EQUAL(memcmp(a.buf->data, b.buf->data, (size_t)hsi_view_nbytes(&a)), 0);
         hsi_view_release(&b);
     }

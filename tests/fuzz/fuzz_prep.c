@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             float *c = cube.buf->data;
             for (int64_t i = 0; i < p.n_cube_bands * 6; i++)
                 c[i] = (float)(i % 17) - 3.0f;
-            if (hsi_prep_transform(&feat, &p, &cube, NULL, 1, 1) == HSI_OK) {
+            if (hsi_prep_transform(&feat, &p, &cube, &(hsi_prep_pass){.tile_lines = 1, .n_threads = 1}) == HSI_OK) {
                 if (feat.shape[0] != n_out || feat.shape[1] != 2 || feat.shape[2] != 3)
                     __builtin_trap();
                 hsi_view_release(&feat);
