@@ -6,19 +6,22 @@
 #   probe      15 s  nvidia-smi and `gpu_bench --probe 1` (the CUDA runtime's
 #                    own error when it sees no device: a driver older than the
 #                    runtime is said as such)
-#   tests     105 s  the CUDA suites (`--require-cuda cuda`: fail without a device)
-#   memcheck   90 s  compute-sanitizer memcheck on the CUDA suites, cuda_fused
+#   tests      95 s  the CUDA suites (`--require-cuda cuda`: fail without a device)
+#   commands   35 s  hsi's own commands with --device cpu and --device cuda on
+#                    data_samples/ (stats, preprocess, train, predict, bench
+#                    model), compared by bench/gpu_commands.py
+#   memcheck   85 s  compute-sanitizer memcheck on the CUDA suites, cuda_fused
 #                    included, and the loader's (pipeline_loader_cuda), with
 #                    HSI_CUDA_NO_CACHE=1 (exact cudaMalloc/cudaFree: overruns
 #                    and uses after free are seen); cuda_mem (whose allocator
 #                    tests need the cache) in a second run
-#   racecheck  40 s  compute-sanitizer racecheck on the shared-memory
+#   racecheck  35 s  compute-sanitizer racecheck on the shared-memory
 #                    reductions: cuda_stats, cuda_ops (cross-entropy),
 #                    cuda_layers (bias / batch-norm sums), one run each
-#   gpu_bench 130 s  hsi's GPU figures (H2D pinned/pageable, device memcpy,
+#   gpu_bench 120 s  hsi's GPU figures (H2D pinned/pageable, device memcpy,
 #                    GPU stats and fused pass vs the CPU one, cnn2d at batch
 #                    128 and 1024 and HybridSN on the card and on the CPU engine)
-#   torch      80 s  bench/torch_gpu.py: the same models in PyTorch on the same
+#   torch      75 s  bench/torch_gpu.py: the same models in PyTorch on the same
 #                    card, FP32 (no TF32) and TF32, in the environment this
 #                    script was started with (none of hsi's library paths)
 # 470 s in all (a 476 s deadline with the script's own work). A stage runs
@@ -50,8 +53,8 @@ mkdir -p "$O" || exit 2
 RES=$O/results.jsonl
 MODE=${HSI_GPU_CHECK_MODE:-auto}
 TOTAL=${HSI_GPU_CHECK_TOTAL_S:-476} # the deadline: the budgets (470 s) plus a few seconds for the script itself
-declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=105 [memcheck]=90 [racecheck]=40
-                   [gpu_bench]=130 [torch]=80)
+declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=95 [commands]=35 [memcheck]=85
+                   [racecheck]=35 [gpu_bench]=120 [torch]=75)
 T0=$(date +%s)
 # the environment as it was started: what PyTorch gets
 START_LD=${LD_LIBRARY_PATH-}
@@ -264,6 +267,7 @@ BIN_OK=0
 HSI_LD=""       # the library path of hsi's commands only (never exported)
 TESTS_BIN=""
 BENCH=""
+HSI_CMD=""
 CARRIED_TAR=build/gpu/run.tar.xz
 NVCC=$(command -v nvcc || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; } || true)
 if [ "$MODE" = auto ]; then
@@ -300,6 +304,7 @@ if [ "$MODE" = local ]; then
             BIN_OK=1
             TESTS_BIN=./build/hsi_tests
             BENCH=./build/gpu_bench
+            HSI_CMD=./build/hsi
             result build ok 0 "$SECS" "make all build/hsi_tests and build/gpu_bench (log $O/build.log)"
         else
             tail -20 "$O/build.log"
@@ -321,10 +326,10 @@ else
     fi
     if [ -z "$why" ]; then
         missing=""
-        for f in gpu_tests gpu_bench libhsi_cuda.so; do
+        for f in gpu_tests gpu_bench hsi libhsi_cuda.so; do
             [ -f "$R/$f" ] || missing="$missing $f"
         done
-        for f in gpu_tests gpu_bench; do
+        for f in gpu_tests gpu_bench hsi; do
             [ -f "$R/$f" ] && [ ! -x "$R/$f" ] && missing="$missing $f(not executable)"
         done
         [ -n "$missing" ] && why="the carried build lacks$missing in $R"
@@ -334,7 +339,7 @@ else
         HSI_LD=$PWD/$R/lib
         # the CUDA libraries the image has (the carried build does not copy them)
         for pass in 1 2; do
-            notfound=$(for f in "$R/gpu_tests" "$R/gpu_bench" "$R/libhsi_cuda.so"; do
+            notfound=$(for f in "$R/gpu_tests" "$R/gpu_bench" "$R/hsi" "$R/libhsi_cuda.so"; do
                            LD_LIBRARY_PATH=$HSI_LD ldd "$f" 2>&1 | awk '/not found/ {print $1}'
                        done | sort -u)
             [ -z "$notfound" ] || [ $pass -eq 2 ] && break
@@ -362,7 +367,7 @@ else
         if [ -n "$notfound" ]; then
             why="libraries not found on this machine (searched $R/lib, /usr/local/cuda, /usr/local, /opt, /usr/lib): ${notfound//$'\n'/ }"
         fi
-        for f in "$R/gpu_tests" "$R/gpu_bench" "$R/libhsi_cuda.so"; do
+        for f in "$R/gpu_tests" "$R/gpu_bench" "$R/hsi" "$R/libhsi_cuda.so"; do
             LD_LIBRARY_PATH=$HSI_LD ldd "$f" > /dev/null 2>&1 || why="${why:+$why; }ldd $f fails: $(LD_LIBRARY_PATH=$HSI_LD ldd "$f" 2>&1 | head -1)"
         done
         echo "   hsi's library path (its commands only): $HSI_LD"
@@ -372,6 +377,7 @@ else
         BIN_OK=1
         TESTS_BIN=./$R/gpu_tests
         BENCH=./$R/gpu_bench
+        HSI_CMD=./$R/hsi
         result binaries ok 0 "$SECS" "$R unpacked, every library found"
     else
         result binaries failed 1 "$SECS" "$why"
@@ -433,6 +439,33 @@ if needs_device tests; then
     counts=$(cunit_counts "$O/tests.log")
     [ -z "$counts" ] && counts="no CUnit summary: $(tail -1 "$O/tests.log")"
     result tests "$(rc_status "$RC")" "$RC" "$SECS" "$counts (log $O/tests.log)"
+fi
+
+# ------------------------------- 1a. the commands, --device cpu and cuda
+if needs_device commands; then
+    C=$O/commands
+    rm -rf "$C" && mkdir -p "$C"
+    t=$(now)
+    echo "== [commands] $HSI_CMD stats/preprocess/train/predict/bench model, --device cpu and cuda"
+    for d in cpu cuda; do
+        # the CPU run first: predict uses its model with both devices
+        for c in "stats data_samples/scene.hdr --json --device $d > $C/stats_$d.json" \
+                 "preprocess data_samples/scene.hdr $C/prep_$d.hdr --normalize zscore --pca 8 --device $d" \
+                 "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_$d --epochs 3 --device $d --quiet" \
+                 "predict $C/run_cpu data_samples/scene.hdr $C/map_$d.hdr --device $d --quiet" \
+                 "bench model cnn2d --steps 10 --warmup 2 --json --device $d > $C/bench_$d.json"; do
+            l=$(( BUDGET[commands] - ($(now) - t) - 2 ))
+            [ $l -lt 2 ] && { echo "   (out of time before: $c)"; break 2; }
+            timeout -k 1 $l "${HSI_ENV[@]}" bash -c "$HSI_CMD $c" >> "$O/commands.log" 2>&1 ||
+                echo "   exit status $?: hsi $c"
+        done
+    done
+    python3 bench/gpu_commands.py "$C" > "$O/commands.jsonl" 2>> "$O/commands.log"
+    RC=$?
+    SECS=$(( $(now) - t ))
+    figures "$O/commands.jsonl" commands
+    detail=$(sed -n 's/^{"detail": "\(.*\)"}$/\1/p' "$O/commands.jsonl" | tail -1)
+    result commands "$(rc_status "$RC")" "$RC" "$SECS" "${detail:-no comparison (see $O/commands.log)} (log $O/commands.log)"
 fi
 
 # ----------------------------------------------- 1b. compute-sanitizer runs

@@ -7,8 +7,9 @@
 # as for make), links the two programs the GPU check needs without GDAL
 # (not on the GPU image, and too big to carry; libhsi dlopens it):
 # build/gpu/run/gpu_tests (tests/runner.c + test_cuda.c +
-# test_pipeline_loader.c, with bench/gpu_tests_nogdal.c for the runner's
-# GDAL calls) and build/gpu/run/gpu_bench, copies the shared libraries they
+# test_backend_ops.c + test_pipeline_loader.c, with bench/gpu_tests_nogdal.c
+# for the runner's GDAL calls), build/gpu/run/gpu_bench and the hsi command
+# itself (build/gpu/run/hsi, for the check's --device stage), copies the shared libraries they
 # need that a CUDA image lacks (OpenBLAS, LAPACK(E), gfortran, CUnit, matio,
 # libxml2, cairo and theirs; a library not found here stops the script) into
 # build/gpu/run/lib, writes build/gpu/run/BUILD_INFO,
@@ -35,21 +36,21 @@ if [ -f $G/.cflags ] && [ "$(cat $G/.cflags)" != "$CFLAGS" ]; then
     rm -rf "$G"
 fi
 mkdir -p $G && printf '%s\n' "$CFLAGS" > $G/.cflags
-make --no-print-directory -s BUILD=$G -j"$JOBS" $G/libhsi.a $G/libhsi_cuda.so
+make --no-print-directory -s BUILD=$G -j"$JOBS" $G/libhsi.a $G/libhsi_cuda.so $G/hsi
 test -f $G/libhsi_cuda.so || { echo "gpu_prepare: the build has no CUDA plugin" >&2; exit 1; }
 rm -rf "$R" && mkdir -p "$R/lib"
 # CUDA is the plugin beside the programs (found there by libhsi); they
 # export libhsi's symbols to it (-rdynamic). gpu_bench also calls cudart.
-cp $G/libhsi_cuda.so $R/
+cp $G/libhsi_cuda.so $G/hsi $R/
 # shellcheck disable=SC2086 # CFLAGS and LDLIBS are word lists
 # runner.c's PNG readers call GDAL: bench/gpu_tests_nogdal.c stands in for it
-cc $CFLAGS -rdynamic tests/runner.c tests/test_cuda.c tests/test_pipeline_loader.c \
+cc $CFLAGS -rdynamic tests/runner.c tests/test_cuda.c tests/test_backend_ops.c tests/test_pipeline_loader.c \
     bench/gpu_tests_nogdal.c $G/libhsi.a -Wl,--as-needed -lcunit $LDLIBS -o $R/gpu_tests
 # shellcheck disable=SC2086
 cc $CFLAGS -I"$CUDA_HOME/include" -rdynamic bench/gpu_bench.c $G/libhsi.a -Wl,--as-needed $LDLIBS \
     -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -o $R/gpu_bench
 # libraries: everything but the C runtime and CUDA's own (the GPU image has both)
-for bin in $R/gpu_tests $R/gpu_bench $R/libhsi_cuda.so; do
+for bin in $R/gpu_tests $R/gpu_bench $R/hsi $R/libhsi_cuda.so; do
     if ldd "$bin" | grep -q "not found"; then
         echo "gpu_prepare: $bin needs libraries this machine lacks:" >&2
         ldd "$bin" | grep "not found" >&2

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""gpu_commands.py DIR: compares what hsi's commands wrote with --device cpu
+and --device cuda in DIR (bench/gpu_check.sh's "commands" stage) and prints
+one JSON line per comparison, then a last line {"detail": "..."} that the
+stage reports. Standard library only (the GPU image may lack numpy).
+
+  stats_{cpu,cuda}.json     hsi stats --json: count/min/max equal, mean and
+                            std to 1e-9 of their scale
+  prep_{cpu,cuda}           hsi preprocess (float32 BSQ): max |diff| over the
+                            CPU output's range
+  run_{cpu,cuda}/metrics.json  hsi train: test OA of each
+  map_{cpu,cuda}            hsi predict with the CPU-trained run: pixels equal
+  bench_{cpu,cuda}.json     hsi bench model --json: samples/s, GPU over CPU
+Exit status 1 when a comparison is outside its tolerance or a file is
+missing, else 0."""
+import array
+import json
+import os
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def floats(path):
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a
+
+
+def main():
+    d = sys.argv[1]
+    out, bad, notes = [], 0, []
+
+    def emit(rec, ok, note):
+        nonlocal bad
+        rec["ok"] = ok
+        out.append(rec)
+        notes.append(note + ("" if ok else " (OUT OF TOLERANCE)"))
+        bad += not ok
+
+    def have(*names):
+        miss = [n for n in names if not os.path.exists(os.path.join(d, n))]
+        for n in miss:
+            emit({"compare": n, "error": "missing"}, False, "%s missing" % n)
+        return not miss
+
+    if have("stats_cpu.json", "stats_cuda.json"):
+        a, b = load(os.path.join(d, "stats_cpu.json")), load(os.path.join(d, "stats_cuda.json"))
+        worst, exact = 0.0, True
+        for x, y in zip(a["stats"], b["stats"]):
+            exact &= all(x[k] == y[k] for k in ("count", "min", "max"))
+            sc = abs(x["mean"]) + x["std"] + 1e-300
+            worst = max(worst, abs(x["mean"] - y["mean"]) / sc, abs(x["std"] - y["std"]) / sc)
+        ok = exact and worst <= 1e-9 and len(a["stats"]) == len(b["stats"])
+        emit({"compare": "stats", "bands": len(a["stats"]), "exact_count_min_max": exact,
+              "max_rel_diff_mean_std": worst}, ok,
+             "stats: %d bands, count/min/max %s, mean/std %.2g" % (len(a["stats"]),
+                                                                   "equal" if exact else "DIFFER", worst))
+    if have("prep_cpu", "prep_cuda"):
+        a, b = floats(os.path.join(d, "prep_cpu")), floats(os.path.join(d, "prep_cuda"))
+        rng = (max(a) - min(a)) if len(a) else 1.0
+        diff = max((abs(x - y) for x, y in zip(a, b)), default=0.0) / (rng or 1.0)
+        ok = len(a) == len(b) and diff <= 1e-4
+        emit({"compare": "preprocess", "values": len(a), "max_abs_diff_over_range": diff}, ok,
+             "preprocess: %d values, max diff %.2g of the range" % (len(a), diff))
+    if have("run_cpu/metrics.json", "run_cuda/metrics.json"):
+        oa = [load(os.path.join(d, "run_%s/metrics.json" % k)).get("oa") for k in ("cpu", "cuda")]
+        ok = None not in oa and abs(oa[0] - oa[1]) <= 0.05
+        emit({"compare": "train", "oa_cpu": oa[0], "oa_cuda": oa[1]}, ok,
+             "train: test OA cpu %s, cuda %s" % (oa[0], oa[1]))
+    if have("map_cpu", "map_cuda"):
+        with open(os.path.join(d, "map_cpu"), "rb") as f:
+            a = f.read()
+        with open(os.path.join(d, "map_cuda"), "rb") as f:
+            b = f.read()
+        same = sum(x == y for x, y in zip(a, b)) / max(len(a), 1)
+        ok = len(a) == len(b) and same >= 0.999
+        emit({"compare": "predict", "bytes": len(a), "fraction_equal": same}, ok,
+             "predict: %.4f of the map equal" % same)
+    if have("bench_cpu.json", "bench_cuda.json"):
+        a, b = load(os.path.join(d, "bench_cpu.json")), load(os.path.join(d, "bench_cuda.json"))
+        r = {k: b[k] / a[k] for k in ("train_samples_per_s", "infer_samples_per_s") if a.get(k)}
+        emit({"compare": "bench_model_cnn2d", "cpu": a, "cuda": b, "cuda_over_cpu": r}, True,
+             "bench model cnn2d: GPU/CPU train %.1fx, infer %.1fx" % (
+                 r.get("train_samples_per_s", 0), r.get("infer_samples_per_s", 0)))
+    for rec in out:
+        print(json.dumps(rec))
+    print(json.dumps({"detail": "; ".join(notes)}))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
