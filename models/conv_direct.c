@@ -1,7 +1,7 @@
 /* conv_direct.c — float convolution (2-D and 3-D, stride 1) with AVX2 + FMA
  * register tiles; no column matrix, no BLAS. 2-D 3x3 convolutions with pad
- * 0 or 1 use Winograd F(2x2, 3x3) for the forward pass and dw, and with pad
- * 1 for dx too (section below, on the same register tiles); everything else
+ * 0 or 1 use Winograd F(2x2, 3x3) for the forward pass, dw and dx
+ * (section below, on the same register tiles); everything else
  * the direct kernels described here. Inference can fuse a ReLU into the forward pass's stores.
  *
  * The work is an implicit gemm per sample. Forward: out (K, positions) =
@@ -75,6 +75,8 @@ typedef struct dc_ws {
 static int64_t dc_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 static int64_t dc_round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
+static void dc_geom_tiles(dc_geom *g);
+
 static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
 {
     int o = d->nd == 3 ? 0 : -1;
@@ -101,17 +103,33 @@ static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
     if (g->slots > DC_MAX_SLOTS) g->slots = DC_MAX_SLOTS;
     if (g->slots > g->n) g->slots = (int)g->n;
     /* Winograd: 2-D 3x3 with pad 0 or 1 (stride 1 is checked by the caller)
-     * for the forward pass and dw; dx too with pad 1 (then dx has the size of
-     * dy and the same tiles; with pad 0 dx takes the direct kernels) */
+     * for the forward pass, dw and dx (dx: the tiles of dc_geom_dx) */
     g->wg = dc_impl == HSI_CONV_IMPL_AUTO && d->nd == 2 && g->ker[1] == 3 && g->ker[2] == 3 &&
             g->pad[1] <= 1 && g->pad[2] <= 1 && g->c >= 4 && g->k >= 4;
-    g->wgdx = g->wg && g->pad[1] == 1 && g->pad[2] == 1;
+    g->wgdx = g->wg;
+    dc_geom_tiles(g);
+}
+
+/* Tiles (th x tw of 2x2 outputs) and plane (hq x wq) of the Winograd pass
+ * whose output is g->out; the forward and dx products take the tiles of
+ * wg_fgroup samples at once (about 36 tiles), dw sums over those of
+ * wg_group samples (about 72). */
+static void dc_geom_tiles(dc_geom *g)
+{
     g->th = (g->out[1] + 1) / 2, g->tw = (g->out[2] + 1) / 2, g->nt = g->th * g->tw;
     g->hq = 2 * g->th + 2, g->wq = 2 * g->tw + 2;
-    /* the forward and dx products take the tiles of wg_fgroup samples at once
-     * (about 36 tiles), dw sums over those of wg_group samples (about 72) */
     g->wg_fgroup = g->wg ? (36 + g->nt - 1) / g->nt : 1;
     g->wg_group = g->wg ? (72 + g->nt - 1) / g->nt : 1;
+}
+
+/* The geometry of the Winograd dx pass: a convolution of dy, padded by
+ * ker - 1 - pad, whose output is dx (the input's size): with pad 1 the
+ * forward's tiles, with pad 0 one tile more per side. */
+static void dc_geom_dx(dc_geom *gd, const dc_geom *g)
+{
+    *gd = *g;
+    for (int a = 0; a < 3; a++) gd->out[a] = g->in[a];
+    dc_geom_tiles(gd);
 }
 
 /* Fills the slot lengths and returns the floats before slot 0; with a base
@@ -137,13 +155,17 @@ static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
         w->slot0 = p;
     }
     int64_t a = g->c * g->fplane, b = g->k * g->bplane, ch = dc_max(c8, k8);
-    w->plane_len = dc_round16(dc_max(dc_max(a, b), g->wg ? ch * g->hq * g->wq : 0));
+    dc_geom gd; /* the dx pass's tiles: as many as the forward's, or more (pad 0) */
+    dc_geom_dx(&gd, g);
+    int64_t hw = dc_max(g->hq * g->wq, gd.hq * gd.wq);
+    int64_t tiles = dc_max(g->nt * dc_max(g->wg_group, g->wg_fgroup), gd.nt * gd.wg_fgroup);
+    w->plane_len = dc_round16(dc_max(dc_max(a, b), g->wg ? ch * hw : 0));
     w->dyt_len = dc_round16(g->out_sp * g->kpad);
     w->dwp_len = dc_round16(g->nkf * g->kpad);
     w->dbp_len = 2 * g->kpad;
-    w->v_len = g->wg ? dc_round16(16 * ch * g->nt * g->wg_group) : 0;
-    w->m_len = g->wg ? dc_round16(16 * g->nt * g->wg_group * dc_max(g->kpad, g->cpad)) : 0;
-    w->o_len = g->wg ? dc_round16(4 * g->nt * dc_max(g->kpad, g->cpad)) : 0; /* one sample */
+    w->v_len = g->wg ? dc_round16(16 * ch * tiles) : 0;
+    w->m_len = g->wg ? dc_round16(16 * tiles * dc_max(g->kpad, g->cpad)) : 0;
+    w->o_len = g->wg ? dc_round16(4 * dc_max(g->nt, gd.nt) * dc_max(g->kpad, g->cpad)) : 0; /* one sample */
     w->z_len = g->wg ? dc_round16(16 * c8 * g->kpad) : 0;
     w->slot_len = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len + w->v_len + w->m_len +
                   w->o_len + w->z_len;
@@ -860,13 +882,16 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
             }
         }
     }
-    if (j->dx && g->wgdx) { /* pad 1, stride 1: dx has the size of dy */
+    if (j->dx && g->wgdx) { /* dy padded by 2 - pad, flipped filters: dx */
         float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len;
-        memset(plane, 0, (size_t)(dc_round8(g->k) * g->hq * g->wq) * sizeof(float));
-        for (int64_t s = s0; s < s1; s += g->wg_fgroup) {
-            int64_t ns = s1 - s < g->wg_fgroup ? s1 - s : g->wg_fgroup;
+        dc_geom gd;
+        dc_geom_dx(&gd, g);
+        const int64_t lead[2] = {g->ker[1] - 1 - g->pad[1], g->ker[2] - 1 - g->pad[2]};
+        memset(plane, 0, (size_t)(dc_round8(g->k) * gd.hq * gd.wq) * sizeof(float));
+        for (int64_t s = s0; s < s1; s += gd.wg_fgroup) {
+            int64_t ns = s1 - s < gd.wg_fgroup ? s1 - s : gd.wg_fgroup;
             wg_samples(j->dx + s * g->c * g->in_sp, g->c, j->dy + s * g->k * g->out_sp, g->k,
-                       g->out + 1, g->pad + 1, ns, plane, w->wb, w->offb, v, m, m + w->m_len, g,
+                       g->out + 1, lead, ns, plane, w->wb, w->offb, v, m, m + w->m_len, &gd,
                        NULL, j->dx_acc, 0);
         }
     } else if (j->dx) {
