@@ -63,54 +63,53 @@ int hsi_run_class_of(const hsi_run *r, int64_t label)
 
 /* ------------------------------------------------------------ predict */
 
-/* The model's copy on the GPU for a prediction: batches of patches packed
- * on the host, uploaded, classified there, the logits read back. */
-typedef struct gpu_classifier {
-    hsi_dmodel *dm;
-    float *x_h, *x_d, *z_h; /* (batch, sample) host and device, (batch, K) host */
-    int batch, nd;
-    int64_t sample_floats;
-} gpu_classifier;
-
-static void gpu_classifier_free(gpu_classifier *q)
+void hsi_gpu_classifier_free(hsi_gpu_classifier *q)
 {
-    hsi_dmodel_free(q->dm);
+    if (q->owns_dm) hsi_dmodel_free(q->dm);
     hsi_cuda_free(q->x_d);
     free(q->x_h);
     free(q->z_h);
     memset(q, 0, sizeof *q);
 }
 
-static hsi_status gpu_classifier_init(gpu_classifier *q, const hsi_run *r, int batch)
+hsi_status hsi_gpu_classifier_init(hsi_gpu_classifier *q, const hsi_run *r, hsi_dmodel *dm,
+                                   int batch)
 {
     hsi_status st = HSI_OK;
     int64_t shape[5];
-    hsi_optim_config oc;
     memset(q, 0, sizeof *q);
-    q->nd = hsi_model_input_shape(r->model, 1, r->n_features, r->patch, shape);
+    int nd = hsi_model_input_shape(r->model, 1, r->n_features, r->patch, shape);
     q->batch = batch;
     q->sample_floats = 1;
-    for (int k = 1; k < q->nd; k++) q->sample_floats *= shape[k];
-    hsi_optim_config_default(&oc, HSI_OPT_ADAMW); /* no step is taken */
-    HSI_TRY(hsi_dmodel_create(&q->dm, r->net, q->nd - 1, shape + 1, batch, &oc, 0));
+    for (int k = 1; k < nd; k++) q->sample_floats *= shape[k];
+    if (dm) {
+        q->dm = dm;
+    } else {
+        hsi_optim_config oc;
+        hsi_optim_config_default(&oc, HSI_OPT_ADAMW); /* no step is taken */
+        HSI_TRY(hsi_dmodel_create(&q->dm, r->net, nd - 1, shape + 1, batch, &oc, 0));
+        q->owns_dm = 1;
+    }
     size_t xb = sizeof(float) * (size_t)(q->sample_floats * batch);
     q->x_h = malloc(xb);
     q->z_h = malloc(sizeof(float) * (size_t)batch * (size_t)r->n_classes);
     if (!q->x_h || !q->z_h) {
-        st = HSI_FAIL(HSI_ERR_NOMEM, "predict: out of memory for a batch of %d", batch);
+        st = HSI_FAIL(HSI_ERR_NOMEM, "classify on the GPU: out of memory for a batch of %d", batch);
         goto cleanup;
     }
     HSI_TRY(hsi_cuda_malloc((void **)&q->x_d, xb));
 cleanup:
-    if (st != HSI_OK) gpu_classifier_free(q);
+    if (st != HSI_OK) hsi_gpu_classifier_free(q);
     return st;
 }
 
-static hsi_status gpu_classify(gpu_classifier *q, const hsi_run *r, int32_t *pred,
-                               const hsi_patcher *pt, const int64_t *pixels, int64_t n)
+hsi_status hsi_gpu_classify(hsi_gpu_classifier *q, const hsi_run *r, int32_t *pred,
+                            const hsi_patcher *pt, const int64_t *pixels, int64_t n,
+                            const int32_t *y_true, double *mean_loss)
 {
     hsi_status st = HSI_OK;
     const int K = r->n_classes;
+    double loss = 0;
     for (int64_t i0 = 0; i0 < n; i0 += q->batch) {
         int nb = (int)(i0 + q->batch <= n ? q->batch : n - i0);
         const float *z_d = NULL;
@@ -118,8 +117,17 @@ static hsi_status gpu_classify(gpu_classifier *q, const hsi_run *r, int32_t *pre
         HSI_TRY(hsi_cuda_upload(q->x_d, q->x_h, sizeof(float) * (size_t)(q->sample_floats * nb)));
         HSI_TRY(hsi_dmodel_predict(q->dm, &z_d, q->x_d, nb));
         HSI_TRY(hsi_cuda_download(q->z_h, z_d, sizeof(float) * (size_t)nb * (size_t)K));
-        for (int i = 0; i < nb; i++) pred[i0 + i] = (int32_t)hsi_run_argmax(q->z_h + (size_t)i * K, K);
+        for (int i = 0; i < nb; i++) {
+            const float *z = q->z_h + (size_t)i * K;
+            pred[i0 + i] = (int32_t)hsi_run_argmax(z, K);
+            if (y_true) { /* log-sum-exp minus the true class's logit */
+                double mx = z[pred[i0 + i]], se = 0;
+                for (int k = 0; k < K; k++) se += exp((double)z[k] - mx);
+                loss += mx + log(se) - (double)z[y_true[i0 + i]];
+            }
+        }
     }
+    if (mean_loss) *mean_loss = n > 0 ? loss / (double)n : NAN;
 cleanup:
     return st;
 }
@@ -190,14 +198,14 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
     hsi_graph *g = NULL;
     int64_t *pix = NULL;
     int32_t *pred = NULL;
-    gpu_classifier gq = {0};
+    hsi_gpu_classifier gq = {0};
     hsi_device dev;
     if (opts) o = *opts;
     if (o.batch <= 0) o.batch = 256;
     if (o.tile_lines <= 0) o.tile_lines = 64;
     HSI_TRY(hsi_prep_check(&r->prep, cube, NULL));
     HSI_TRY(hsi_device_pick(&dev, o.device, 0, "predict", NULL));
-    if (dev == HSI_DEVICE_CUDA) HSI_TRY(gpu_classifier_init(&gq, r, o.batch));
+    if (dev == HSI_DEVICE_CUDA) HSI_TRY(hsi_gpu_classifier_init(&gq, r, NULL, o.batch));
     const int64_t L = cube->shape[1], S = cube->shape[2], T = o.tile_lines;
     if (o.features && (o.features->ndim != 3 || o.features->shape[0] != r->n_features ||
                        o.features->shape[1] != L || o.features->shape[2] != S))
@@ -238,7 +246,7 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
         if (st != HSI_OK) goto cleanup;
         for (int64_t y = 0; y < n; y++)
             for (int64_t x = 0; x < S; x++) pix[y * S + x] = (y0 + y - a) * S + x;
-        st = gq.dm ? gpu_classify(&gq, r, pred, &pt, pix, n * S)
+        st = gq.dm ? hsi_gpu_classify(&gq, r, pred, &pt, pix, n * S, NULL, NULL)
                    : hsi_run_classify(r, pred, &pt, pix, n * S, o.batch, g);
         hsi_patcher_free(&pt);
         if (st != HSI_OK) goto cleanup;
@@ -257,7 +265,7 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
         free(off);
     }
 cleanup:
-    gpu_classifier_free(&gq);
+    hsi_gpu_classifier_free(&gq);
     hsi_graph_free(g);
     free(pix);
     free(pred);

@@ -31,6 +31,30 @@ static inline int64_t hsi_run_count_correct(const float *logits, int64_t n, int6
     return c;
 }
 
+/* A model's copy on the GPU classifying pixels (prediction, and the
+ * trainer's validation when it trains there): batches of at most `batch`
+ * patches packed on the host, uploaded, the eval-mode forward on the
+ * device, the logits read back. */
+struct hsi_dmodel;
+typedef struct hsi_gpu_classifier {
+    struct hsi_dmodel *dm;
+    int owns_dm;
+    float *x_h, *x_d, *z_h; /* (batch, sample) host and device, (batch, K) host */
+    int batch;
+    int64_t sample_floats;
+} hsi_gpu_classifier;
+/* dm: the trainer's copy (borrowed; batch at most its max_batch), or NULL:
+ * one made from r->net. */
+hsi_status hsi_gpu_classifier_init(hsi_gpu_classifier *q, const hsi_run *r, struct hsi_dmodel *dm,
+                                   int batch);
+/* Class indices of n pixels of pt's cube; y_true (n classes) or NULL: then
+ * also *mean_loss, the mean cross-entropy of the logits (in double, on the
+ * host; NaN when n is 0). */
+hsi_status hsi_gpu_classify(hsi_gpu_classifier *q, const hsi_run *r, int32_t *pred,
+                            const hsi_patcher *pt, const int64_t *pixels, int64_t n,
+                            const int32_t *y_true, double *mean_loss);
+void hsi_gpu_classifier_free(hsi_gpu_classifier *q); /* zeroed is fine */
+
 /* Writes j as indented JSON, atomically. */
 hsi_status hsi_run_save_json(const char *path, const struct cJSON *j);
 

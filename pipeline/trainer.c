@@ -86,6 +86,7 @@ struct hsi_trainer {
     hsi_patch_dataset ds; /* the loader's view of the training pixels */
     hsi_loader *ld;
     hsi_dmodel *dm;
+    hsi_gpu_classifier gq; /* validation on the device, with dm */
     hsi_optim *opt;
     hsi_optim_config oc;
     hsi_sched sched;
@@ -329,7 +330,10 @@ static hsi_status eval_role(hsi_trainer *t, hsi_metrics *m, int role, double *me
         goto cleanup;
     }
     double mine = 0;
-    if (mean_loss)
+    if (t->on_gpu) /* the device copy as it stands (one rank) */
+        HSI_TRY(hsi_gpu_classify(&t->gq, &t->run, pred + lo, &t->pt, sp->idx[role] + lo, hi - lo,
+                                 mean_loss ? sp->cls[role] + lo : NULL, &mine));
+    else if (mean_loss)
         HSI_TRY(hsi_run_classify_loss(&t->run, pred + lo, &t->pt, sp->idx[role] + lo, hi - lo,
                                       t->c.batch * 2, t->g, sp->cls[role] + lo, &mine));
     else
@@ -883,7 +887,9 @@ static hsi_status build_model(hsi_trainer *t)
         int64_t ishape[5];
         int nd = hsi_model_input_shape(c->model, 1, r->n_features, c->patch, ishape);
         HSI_TRY(hsi_dmodel_create(&t->dm, r->net, nd - 1, ishape + 1, c->batch, &t->oc, c->seed));
-        info(t, "device: CUDA (batches copied on the loader's stream; validation on the host)\n");
+        HSI_TRY(hsi_gpu_classifier_init(&t->gq, r, t->dm, c->batch));
+        info(t, "device: CUDA (batches copied on the loader's stream; validation and the map on "
+                "the device, checkpoints on the host)\n");
     }
     HSI_TRY(hsi_graph_new(&t->g));
     t->have_val = sp->n[HSI_ROLE_VAL] > 0;
@@ -1050,7 +1056,7 @@ static hsi_status end_epoch(hsi_trainer *t)
     if (t->on_gpu) {
         HSI_TRY(hsi_dmodel_loss(t->dm, &loss)); /* the last step's, waits for the stream */
         t->pa.forward += hsi_now() - t->ep_t0;   /* forward+backward+update are not separated on the device */
-        HSI_TRY(hsi_dmodel_to_host(t->dm, t->run.net, 0)); /* validation and checkpoints on the host */
+        HSI_TRY(hsi_dmodel_to_host(t->dm, t->run.net, 0)); /* the checkpoints (validation: on the device) */
         acc = NAN;
     } else {
         loss = n_seen ? t->ep_loss_sum / (double)n_seen : 0;
@@ -1377,6 +1383,7 @@ void hsi_trainer_free(hsi_trainer *t)
     hsi_ddp_free(t->ddp);
     hsi_graph_free(t->g);
     hsi_loader_destroy(t->ld);
+    hsi_gpu_classifier_free(&t->gq);
     hsi_dmodel_free(t->dm);
     hsi_optim_free(t->opt);
     if (t->have_patcher) hsi_patcher_free(&t->pt);
