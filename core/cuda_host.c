@@ -6,6 +6,7 @@
  * Makefile rule checks that each hsi_ symbol it needs is named below. Not
  * an API. */
 #include "core/core.h"
+#include "core/threads.h"
 
 /* Read by core/cuda_runtime.c, so that the linker keeps this table. */
 extern void *const hsi_cuda_host_symbols[];
@@ -28,5 +29,10 @@ void *const hsi_cuda_host_symbols[] = {
     (void *)hsi_view_nbytes,
     (void *)hsi_view_make_packed,
     (void *)hsi_view_is_packed,
+    (void *)hsi_view_copy,
+    /* threads (host-side packing of tiles) */
+    (void *)hsi_parallel,
+    (void *)hsi_split_range,
+    (void *)hsi_threads,
     NULL,
 };

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/threads.h"
 #include "kernels/cuda_internal.h"
 
 static int64_t iabs64(int64_t v) { return v < 0 ? -v : v; }
@@ -96,6 +97,64 @@ hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile
     return HSI_OK;
 }
 
+/* One tile packed into pinned memory by several host threads (a tile is
+ * tens of MiB: one thread copies far below the host-to-device rate, and a
+ * fresh mapping's page faults are taken in parallel too). mode 1: one span
+ * cut in equal parts; 2: a span per band, bands split; 3: the bands
+ * split, each part converted into its place in the packed tile. */
+typedef struct pack_job {
+    int mode;
+    unsigned char *pin;
+    const unsigned char *src;
+    size_t bytes;      /* mode 1 */
+    int64_t w, pitch;  /* mode 2: bytes per band and their pitch in pin */
+    const hsi_view *crop; /* mode 3: the tile's lines, any layout */
+} pack_job;
+
+static hsi_status pack_part(void *ctx, int t, int nt)
+{
+    const pack_job *j = (const pack_job *)ctx;
+    int64_t a, b;
+    if (j->mode == 1) {
+        hsi_split_range((int64_t)j->bytes, t, nt, &a, &b);
+        memcpy(j->pin + a, j->src + a, (size_t)(b - a));
+        return HSI_OK;
+    }
+    const hsi_view *c = j->crop;
+    hsi_split_range(c->shape[0], t, nt, &a, &b);
+    if (j->mode == 2) {
+        for (int64_t k = a; k < b; k++) memcpy(j->pin + k * j->pitch, j->src + k * c->strides[0], (size_t)j->w);
+        return HSI_OK;
+    }
+    if (a == b) return HSI_OK;
+    /* bands [a, b) of the crop into their packed place (native order) */
+    hsi_status st = HSI_OK;
+    hsi_view part, dst;
+    hsi_buffer *buf = NULL;
+    int64_t es = (int64_t)hsi_dtype_size(c->dtype), plane = c->shape[1] * c->shape[2] * es;
+    int64_t shape[3] = {b - a, c->shape[1], c->shape[2]};
+    st = hsi_view_slice(&part, c, 0, a, b, 1);
+    if (st != HSI_OK) return st;
+    st = hsi_buffer_wrap(&buf, j->pin + a * plane, (size_t)((b - a) * plane), HSI_BUF_PINNED, NULL, NULL);
+    if (st == HSI_OK) st = hsi_view_make_packed(&dst, buf, 0, c->dtype, 3, shape);
+    if (st == HSI_OK) {
+        st = hsi_view_copy(&dst, &part);
+        hsi_view_release(&dst);
+    }
+    hsi_buffer_release(buf);
+    hsi_view_release(&part);
+    return st;
+}
+
+/* Threads for packing `bytes`: one per 4 MiB, at most hsi_threads(). */
+static int pack_threads(size_t bytes, int64_t parts)
+{
+    int64_t n = (int64_t)(bytes >> 22) + 1, m = hsi_threads();
+    if (n > m) n = m;
+    if (n > parts) n = parts;
+    return n < 1 ? 1 : (int)n;
+}
+
 hsi_status hsi_cu_tiler_load(hsi_cu_tiler *T, int slot, int64_t l0, int64_t l1,
                                         hsi_cu_cube *dc)
 {
@@ -120,24 +179,29 @@ hsi_status hsi_cu_tiler_load(hsi_cu_tiler *T, int slot, int64_t l0, int64_t l1,
     unsigned char *pin = T->pinned[slot];
     int64_t pitch = 0;
     size_t bytes = tile_bytes(c, T->mode, n, &pitch);
+    pack_job pj;
+    memset(&pj, 0, sizeof pj);
+    pj.mode = T->mode;
+    pj.pin = pin;
+    pj.src = src;
     if (T->mode == 1) {
-        memcpy(pin, src, bytes);
+        pj.bytes = bytes;
+        HSI_CU_TRY(hsi_parallel(pack_threads(bytes, (int64_t)bytes), pack_part, &pj));
     } else if (T->mode == 2) {
-        int64_t w = (n - 1) * c->strides[1] + (c->shape[2] - 1) * c->strides[2] + es;
-        for (int64_t b = 0; b < c->shape[0]; b++)
-            memcpy(pin + b * T->pitch, src + b * c->strides[0], (size_t)w);
+        pj.w = (n - 1) * c->strides[1] + (c->shape[2] - 1) * c->strides[2] + es;
+        pj.pitch = T->pitch;
+        pj.crop = c; /* its band count and stride */
+        HSI_CU_TRY(hsi_parallel(pack_threads(bytes, c->shape[0]), pack_part, &pj));
         dc->sb = T->pitch;
         bytes = (size_t)(T->pitch * c->shape[0]);
     } else {
         /* any other layout: a packed (band, line, sample) copy, native order */
-        hsi_view crop, packed;
-        hsi_status st = hsi_view_slice(&crop, c, 1, l0, l1, 1);
-        if (st != HSI_OK) return st;
-        st = hsi_view_contiguous(&packed, &crop, HSI_DT_INVALID);
+        hsi_view crop;
+        HSI_CU_TRY(hsi_view_slice(&crop, c, 1, l0, l1, 1));
+        pj.crop = &crop;
+        hsi_status st = hsi_parallel(pack_threads(bytes, c->shape[0]), pack_part, &pj);
         hsi_view_release(&crop);
         if (st != HSI_OK) return st;
-        memcpy(pin, (const char *)packed.buf->data + packed.offset, bytes);
-        hsi_view_release(&packed);
         dc->ss = es;
         dc->sl = c->shape[2] * es;
         dc->sb = n * c->shape[2] * es;
