@@ -39,8 +39,8 @@ static const char usage[] =
     "  --interleave I      output interleave (default bsq)\n"
     "  --overwrite         replace OUT (and MODEL) when they exist (never IN)\n"
     KCLI_DEVICE_HELP
-    "                    (the statistics and the fused pass; the PCA covariance\n"
-    "                    stays on the CPU; under mpirun the fit is on the CPU)\n"
+    "                    (the statistics, the PCA covariance and the fused pass;\n"
+    "                    under mpirun the fit is on the CPU)\n"
     "With --normalize none --pca K the output is (x - mean) . V_k, like scikit-learn's\n"
     "PCA(K).fit_transform up to each component's sign (hsi makes the largest\n"
     "loading of each component positive). Band names read e.g. 'PC1 (41.3 %)'.\n";

@@ -135,6 +135,18 @@ hsi_status hsi_fused_run_cuda(float *out, int out_on_device, const hsi_view *cub
  * loads the plugin). */
 const char *hsi_fused_cuda_unsupported(const hsi_view *cube, const hsi_fused_opts *opts);
 
+/* Mean and covariance (ddof 1) on the GPU (kernels/fused_cuda.cu) with the
+ * semantics of hsi_covariance: per tile of lines (staged as for the fused
+ * pass) the fused pass's loader makes the float32 features, which are
+ * shifted by the first fitted pixel's spectrum and zeroed outside the mask
+ * (host view); cuBLAS ssyrk over chunks of 8192 pixels, each chunk's float
+ * product and the column sums added into double on the device (in a fixed
+ * order: the bits do not depend on scheduling). n_threads, progress and
+ * split are not used (a split is refused: see the supports check). */
+hsi_status hsi_covariance_cuda(double *mean, double *cov, int64_t *n_used, const hsi_view *cube,
+                               const hsi_norm *norm, const hsi_pca_opts *opts);
+const char *hsi_covariance_cuda_unsupported(const hsi_view *cube, const hsi_pca_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -373,6 +373,7 @@ static hsi_cuda_kernel_ops make_ops(void)
     t.memset = hsi_cuda_memset;
     t.stats_compute = hsi_stats_compute_cuda;
     t.fused_run = hsi_fused_run_cuda;
+    t.covariance = hsi_covariance_cuda;
     return t;
 }
 

@@ -26,6 +26,8 @@ typedef struct hsi_cuda_kernel_ops {
     hsi_status (*stats_compute)(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts);
     hsi_status (*fused_run)(float *out, int out_on_device, const hsi_view *cube,
                             const hsi_norm *norm, const hsi_pca *pca, const hsi_fused_opts *opts);
+    hsi_status (*covariance)(double *mean, double *cov, int64_t *n_used, const hsi_view *cube,
+                             const hsi_norm *norm, const hsi_pca_opts *opts);
 } hsi_cuda_kernel_ops;
 
 /* Plugin side: the filled part (hidden inside libhsi_cuda.so). */

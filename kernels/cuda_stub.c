@@ -132,3 +132,10 @@ hsi_status hsi_fused_run_cuda(float *out, int out_on_device, const hsi_view *cub
     const hsi_cuda_kernel_ops *t = plugin("fused pass");
     return t ? t->fused_run(out, out_on_device, cube, norm, pca, opts) : HSI_ERR_NO_CUDA;
 }
+
+hsi_status hsi_covariance_cuda(double *mean, double *cov, int64_t *n_used, const hsi_view *cube,
+                               const hsi_norm *norm, const hsi_pca_opts *opts)
+{
+    const hsi_cuda_kernel_ops *t = plugin("covariance");
+    return t ? t->covariance(mean, cov, n_used, cube, norm, opts) : HSI_ERR_NO_CUDA;
+}

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cuda_internal.h"
+#include "kernels/kern_internal.h"
 
 #define FUSED_THREADS 256
 
@@ -44,6 +45,41 @@ __global__ void fused_prep(float *X, int64_t xs_p, int64_t xs_j, hsi_cu_cube c, 
             for (int64_t j = 0; j < nf; j++) xo[j * xs_j] = xo[j * xs_j] * r - k.su[j];
         }
     }
+}
+
+/* The per-band coefficients of norm on the device (*coef_d: bands as int64,
+ * then 5 float arrays), as kern_load.inc computes them; sub: the PCA mean
+ * to subtract (NULL: none). */
+static hsi_status fused_coef_upload(void **coef_d, fused_coef *kc, const hsi_norm *norm,
+                                    const double *sub, const char *what)
+{
+    int64_t nb = norm->n_bands;
+    size_t nbytes = sizeof(int64_t) * (size_t)nb + 5 * sizeof(float) * (size_t)nb;
+    unsigned char *hbuf = (unsigned char *)malloc(nbytes + 1);
+    if (!hbuf) return hsi_fail(HSI_ERR_NOMEM, "%s: out of memory", what);
+    int64_t *bands = (int64_t *)hbuf;
+    float *sc = (float *)(bands + nb), *ce = sc + nb, *of = ce + nb, *su = of + nb, *fl = su + nb;
+    for (int64_t j = 0; j < nb; j++) {
+        bands[j] = norm->bands ? norm->bands[j] : j;
+        sc[j] = (float)(norm->scale ? norm->scale[j] : 1.0);
+        ce[j] = (float)(norm->center ? norm->center[j] : 0.0);
+        double ofs = norm->offset ? norm->offset[j] : 0.0;
+        if (sub && !norm->l2) ofs -= sub[j];
+        of[j] = (float)ofs;
+        su[j] = (float)(sub ? sub[j] : 0.0);
+        fl[j] = (float)(norm->has_ignore && norm->fill ? norm->fill[j] : 0.0);
+    }
+    hsi_status st = hsi_cuda_malloc(coef_d, nbytes);
+    if (st == HSI_OK) st = hsi_cuda_upload(*coef_d, hbuf, nbytes);
+    free(hbuf);
+    if (st != HSI_OK) return st;
+    kc->bands = (const int64_t *)*coef_d;
+    kc->sc = (const float *)(kc->bands + nb);
+    kc->ce = kc->sc + nb;
+    kc->of = kc->ce + nb;
+    kc->su = kc->of + nb;
+    kc->fl = kc->su + nb;
+    return HSI_OK;
 }
 
 typedef struct fused_state {
@@ -87,37 +123,8 @@ static hsi_status fused_main(fused_state *F, float *out, int out_dev, const hsi_
     const char *what = "fused pass (CUDA)";
     cublasHandle_t h = NULL;
     if (pca) HSI_CU_TRY(hsi_cu_cublas(&h, what));
-    /* coefficients, as kern_load.inc computes them */
-    {
-        size_t nbytes = sizeof(int64_t) * (size_t)nb + 5 * sizeof(float) * (size_t)nb;
-        unsigned char *hbuf = (unsigned char *)malloc(nbytes + 1);
-        if (!hbuf) return hsi_fail(HSI_ERR_NOMEM, "%s: out of memory", what);
-        int64_t *bands = (int64_t *)hbuf;
-        float *sc = (float *)(bands + nb), *ce = sc + nb, *of = ce + nb, *su = of + nb,
-              *fl = su + nb;
-        const double *sub = pca ? pca->mean : NULL;
-        for (int64_t j = 0; j < nb; j++) {
-            bands[j] = norm->bands ? norm->bands[j] : j;
-            sc[j] = (float)(norm->scale ? norm->scale[j] : 1.0);
-            ce[j] = (float)(norm->center ? norm->center[j] : 0.0);
-            double ofs = norm->offset ? norm->offset[j] : 0.0;
-            if (sub && !norm->l2) ofs -= sub[j];
-            of[j] = (float)ofs;
-            su[j] = (float)(sub ? sub[j] : 0.0);
-            fl[j] = (float)(norm->has_ignore && norm->fill ? norm->fill[j] : 0.0);
-        }
-        hsi_status st = hsi_cuda_malloc(&F->coef_d, nbytes);
-        if (st == HSI_OK) st = hsi_cuda_upload(F->coef_d, hbuf, nbytes);
-        free(hbuf);
-        if (st != HSI_OK) return st;
-    }
     fused_coef kc;
-    kc.bands = (const int64_t *)F->coef_d;
-    kc.sc = (const float *)(kc.bands + nb);
-    kc.ce = kc.sc + nb;
-    kc.of = kc.ce + nb;
-    kc.su = kc.of + nb;
-    kc.fl = kc.su + nb;
+    HSI_CU_TRY(fused_coef_upload(&F->coef_d, &kc, norm, pca ? pca->mean : NULL, what));
     if (pca) {
         float *W = (float *)malloc(sizeof(float) * (size_t)(k * nb) + 1);
         if (!W) return hsi_fail(HSI_ERR_NOMEM, "%s: out of memory", what);
@@ -255,5 +262,210 @@ extern "C" hsi_status hsi_fused_run_cuda(float *out, int out_on_device, const hs
     hsi_cuda_free(F.X_d);
     hsi_cuda_free(F.W_d);
     hsi_cuda_free(F.coef_d);
+    return st;
+}
+
+/* ------------------------------------------------------- covariance */
+
+/* shift (nf) = X's column p0 (X: column-major npix x nf, ld npix) */
+__global__ void cov_take_column(float *shift, const float *X, int64_t npix, int64_t p0, int64_t nf)
+{
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < nf;
+         j += (int64_t)gridDim.x * blockDim.x)
+        shift[j] = X[p0 + j * npix];
+}
+
+/* X[p, j] = mask[p] ? X[p, j] - shift[j] : 0 (mask NULL: every pixel) */
+__global__ void cov_shift(float *X, int64_t npix, int64_t nf, const float *shift,
+                          const unsigned char *mask)
+{
+    int64_t n = npix * nf;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t p = i % npix, j = i / npix;
+        X[i] = (!mask || mask[p]) ? X[i] - shift[j] : 0.0f;
+    }
+}
+
+/* sum[j] += the sum of X's column j in double: one block per band, each
+ * thread its strided share in a fixed order, a fixed tree in the block
+ * (the bits do not depend on scheduling) */
+__global__ void cov_column_sums(double *sum, const float *X, int64_t npix)
+{
+    __shared__ double part[FUSED_THREADS];
+    const float *col = X + (int64_t)blockIdx.x * npix;
+    double a = 0;
+    for (int64_t p = threadIdx.x; p < npix; p += blockDim.x) a += (double)col[p];
+    part[threadIdx.x] = a;
+    __syncthreads();
+    for (int w = FUSED_THREADS / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) sum[blockIdx.x] += part[0];
+}
+
+/* acc (n) += (double) c (n) */
+__global__ void cov_accumulate(double *acc, const float *c, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        acc[i] += (double)c[i];
+}
+
+#define COV_CHUNK 8192 /* pixels per ssyrk: float sums of at most this many products */
+
+typedef struct cov_state {
+    hsi_cu_tiler T;
+    void *coef_d;
+    float *X_d, *C_d, *shift_d;
+    double *acc_d, *sum_d;
+    unsigned char *mask_d;
+    uint8_t *mask_h;
+    double *acc_h, *sum_h;
+    float *shift_h;
+    int64_t *bands_h; /* the identity selection when no norm is given */
+    double *ones_h;
+} cov_state;
+
+static hsi_status cov_main(cov_state *V, double *mean, double *cov, int64_t *n_used,
+                           const hsi_view *cube, const hsi_norm *norm, const hsi_pca_opts *o)
+{
+    const char *what = "covariance (CUDA)";
+    const int64_t nf = norm->n_bands, L = cube->shape[1], S = cube->shape[2];
+    cublasHandle_t h = NULL;
+    HSI_CU_TRY(hsi_cu_cublas(&h, what));
+    fused_coef kc;
+    HSI_CU_TRY(fused_coef_upload(&V->coef_d, &kc, norm, NULL, what));
+    HSI_CU_TRY(hsi_kern_mask_pack(&V->mask_h, o->mask, L, S));
+    /* the pixels fitted on, and the first of them: its spectrum is the shift */
+    int64_t n = 0, p_first = -1;
+    for (int64_t p = 0; p < L * S; p++)
+        if (!V->mask_h || V->mask_h[p]) {
+            if (p_first < 0) p_first = p;
+            n++;
+        }
+    if (n < 2) return hsi_fail(HSI_ERR_NUMERIC, "%s: needs at least 2 pixels, found %lld", what, (long long)n);
+    HSI_CU_TRY(hsi_cu_tiler_init(&V->T, cube, o->tile_lines));
+    const int64_t tl = V->T.tile_lines, tpix = tl * S;
+    HSI_CU_TRY(hsi_cuda_malloc((void **)&V->X_d, sizeof(float) * (size_t)(nf * tpix)));
+    HSI_CU_TRY(hsi_cuda_malloc((void **)&V->C_d, sizeof(float) * (size_t)(nf * nf)));
+    HSI_CU_TRY(hsi_cuda_malloc((void **)&V->shift_d, sizeof(float) * (size_t)nf));
+    HSI_CU_TRY(hsi_cuda_malloc((void **)&V->acc_d, sizeof(double) * (size_t)(nf * nf)));
+    HSI_CU_TRY(hsi_cuda_malloc((void **)&V->sum_d, sizeof(double) * (size_t)nf));
+    HSI_CU_TRY(hsi_cuda_memset(V->acc_d, 0, sizeof(double) * (size_t)(nf * nf)));
+    HSI_CU_TRY(hsi_cuda_memset(V->sum_d, 0, sizeof(double) * (size_t)nf));
+    if (V->mask_h) HSI_CU_TRY(hsi_cuda_malloc((void **)&V->mask_d, (size_t)tpix));
+    int has_fill = norm->has_ignore, l2 = norm->l2;
+    float ig = (float)norm->ignore_value;
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t t = p_first / S / tl; t < V->T.n_tiles; t++) { /* tiles before the first pixel hold none */
+        int s = (int)(t & 1);
+        int64_t l0 = t * tl, l1 = l0 + tl < L ? l0 + tl : L, npix = (l1 - l0) * S;
+        hsi_cu_cube dc;
+        HSI_CU_TRY(hsi_cu_tiler_load(&V->T, s, l0, l1, &dc));
+        unsigned grid = hsi_cu_blocks(npix, FUSED_THREADS);
+        /* X: (nf, npix) row-major = column-major (npix x nf), ld npix */
+        if (dc.aligned)
+            fused_prep<true><<<grid, FUSED_THREADS, 0, hsi_cu_stream()>>>(
+                V->X_d, 1, npix, dc, kc, nf, has_fill, norm->has_ignore, ig, l2);
+        else
+            fused_prep<false><<<grid, FUSED_THREADS, 0, hsi_cu_stream()>>>(
+                V->X_d, 1, npix, dc, kc, nf, has_fill, norm->has_ignore, ig, l2);
+        HSI_CU_LAUNCHED("covariance (CUDA): normalisation kernel");
+        if (p_first >= l0 * S && p_first < l1 * S) {
+            cov_take_column<<<hsi_cu_blocks(nf, FUSED_THREADS), FUSED_THREADS, 0, hsi_cu_stream()>>>(
+                V->shift_d, V->X_d, npix, p_first - l0 * S, nf);
+            HSI_CU_LAUNCHED("covariance (CUDA): shift");
+        }
+        if (V->mask_d)
+            HSI_CU_RET(cudaMemcpyAsync(V->mask_d, V->mask_h + l0 * S, (size_t)npix,
+                                       cudaMemcpyHostToDevice, hsi_cu_stream()),
+                       "covariance (CUDA): mask copy");
+        cov_shift<<<hsi_cu_blocks(npix * nf, FUSED_THREADS), FUSED_THREADS, 0, hsi_cu_stream()>>>(
+            V->X_d, npix, nf, V->shift_d, V->mask_d);
+        HSI_CU_LAUNCHED("covariance (CUDA): shift and mask");
+        cov_column_sums<<<(unsigned)nf, FUSED_THREADS, 0, hsi_cu_stream()>>>(V->sum_d, V->X_d, npix);
+        HSI_CU_LAUNCHED("covariance (CUDA): column sums");
+        for (int64_t p0 = 0; p0 < npix; p0 += COV_CHUNK) {
+            int64_t k = npix - p0 < COV_CHUNK ? npix - p0 : COV_CHUNK;
+            /* C (nf x nf, lower) = A^T A, A = rows [p0, p0 + k) of X (k x nf, ld npix) */
+            HSI_CUBLAS_RET(cublasSsyrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, (int)nf, (int)k, &one,
+                                       V->X_d + p0, (int)npix, &zero, V->C_d, (int)nf),
+                           "covariance (CUDA): ssyrk");
+            cov_accumulate<<<hsi_cu_blocks(nf * nf, FUSED_THREADS), FUSED_THREADS, 0, hsi_cu_stream()>>>(
+                V->acc_d, V->C_d, nf * nf);
+            HSI_CU_LAUNCHED("covariance (CUDA): accumulate");
+        }
+        /* the tile's pinned slot is reused two tiles on: hsi_cu_tiler_load waits for its copy */
+    }
+    V->acc_h = (double *)malloc(sizeof(double) * (size_t)(nf * nf));
+    V->sum_h = (double *)malloc(sizeof(double) * (size_t)nf);
+    V->shift_h = (float *)malloc(sizeof(float) * (size_t)nf);
+    if (!V->acc_h || !V->sum_h || !V->shift_h) return hsi_fail(HSI_ERR_NOMEM, "%s: out of memory", what);
+    HSI_CU_TRY(hsi_cuda_download(V->acc_h, V->acc_d, sizeof(double) * (size_t)(nf * nf)));
+    HSI_CU_TRY(hsi_cuda_download(V->sum_h, V->sum_d, sizeof(double) * (size_t)nf));
+    HSI_CU_TRY(hsi_cuda_download(V->shift_h, V->shift_d, sizeof(float) * (size_t)nf));
+    /* shifted sums: mean = shift + s / n; cov = (A - s s^T / n) / (n - 1), A
+     * column-major lower (element (i, j), i >= j, at acc[i + j nf]) */
+    for (int64_t i = 0; i < nf; i++) mean[i] = (double)V->shift_h[i] + V->sum_h[i] / (double)n;
+    for (int64_t j = 0; j < nf; j++)
+        for (int64_t i = j; i < nf; i++) {
+            double c = (V->acc_h[i + j * nf] - V->sum_h[i] * V->sum_h[j] / (double)n) / (double)(n - 1);
+            cov[i * nf + j] = c;
+            cov[j * nf + i] = c;
+        }
+    if (n_used) *n_used = n;
+    return HSI_OK;
+}
+
+extern "C" const char *hsi_covariance_cuda_unsupported(const hsi_view *cube, const hsi_pca_opts *o);
+
+extern "C" hsi_status hsi_covariance_cuda(double *mean, double *cov, int64_t *n_used,
+                                          const hsi_view *cube, const hsi_norm *norm_in,
+                                          const hsi_pca_opts *opts)
+{
+    hsi_pca_opts o0;
+    memset(&o0, 0, sizeof o0);
+    const hsi_pca_opts *o = opts ? opts : &o0;
+    HSI_CU_TRY(hsi_cuda_require("covariance"));
+    if (!cube || !cube->buf || cube->ndim != 3 || hsi_dtype_is_complex(cube->dtype) ||
+        hsi_dtype_size(cube->dtype) == 0)
+        return hsi_fail(HSI_ERR_ARG, "covariance (CUDA): expected a real (band, line, sample) cube");
+    if (cube->shape[1] * cube->shape[2] > INT32_MAX / 2)
+        return hsi_fail(HSI_ERR_UNSUPPORTED, "covariance (CUDA): %lld x %lld pixels exceed cuBLAS's "
+                        "int dimensions", (long long)cube->shape[1], (long long)cube->shape[2]);
+    cov_state V;
+    memset(&V, 0, sizeof V);
+    hsi_norm idn;
+    memset(&idn, 0, sizeof idn);
+    const hsi_norm *norm = norm_in;
+    hsi_status st = HSI_OK;
+    if (!norm) { /* raw values of every band */
+        V.bands_h = (int64_t *)malloc(sizeof(int64_t) * (size_t)cube->shape[0] + 8);
+        if (!V.bands_h) return hsi_fail(HSI_ERR_NOMEM, "covariance (CUDA): out of memory");
+        for (int64_t j = 0; j < cube->shape[0]; j++) V.bands_h[j] = j;
+        idn.n_cube_bands = idn.n_bands = cube->shape[0];
+        idn.bands = V.bands_h;
+        norm = &idn;
+    }
+    if (norm->n_cube_bands != cube->shape[0])
+        st = hsi_fail(HSI_ERR_ARG, "covariance (CUDA): the normalisation is for a %lld-band cube, "
+                      "this cube has %lld bands", (long long)norm->n_cube_bands, (long long)cube->shape[0]);
+    if (st == HSI_OK) st = cov_main(&V, mean, cov, n_used, cube, norm, o);
+    if (st != HSI_OK) cudaStreamSynchronize(hsi_cu_stream());
+    hsi_cu_tiler_free(&V.T);
+    hsi_cuda_free(V.coef_d);
+    hsi_cuda_free(V.X_d);
+    hsi_cuda_free(V.C_d);
+    hsi_cuda_free(V.shift_d);
+    hsi_cuda_free(V.acc_d);
+    hsi_cuda_free(V.sum_d);
+    hsi_cuda_free(V.mask_d);
+    free(V.mask_h);
+    free(V.acc_h);
+    free(V.sum_h);
+    free(V.shift_h);
+    free(V.bands_h);
     return st;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kern_internal.h"
+#include "kernels/cuda.h"
 
 void hsi_pca_free(hsi_pca *p)
 {
@@ -306,12 +307,25 @@ static hsi_status cov_ctx_finish(cov_ctx *c, double *mean, double *cov, int64_t 
     return HSI_OK;
 }
 
+const char *hsi_covariance_cuda_unsupported(const hsi_view *cube, const hsi_pca_opts *o)
+{
+    if (o && o->split && o->split->n_parts > 1) return "a pass shared by MPI ranks is computed on the CPU only";
+    if (cube && cube->ndim == 3 && cube->shape[1] * cube->shape[2] > INT32_MAX / 2)
+        return "a cube has at most 2^30 pixels (cuBLAS's int dimensions)";
+    return NULL;
+}
+
 hsi_status hsi_covariance(double *mean, double *cov, int64_t *n_used, const hsi_view *cube,
                           const hsi_norm *norm_in, const hsi_pca_opts *opts)
 {
     hsi_status st = HSI_OK;
     hsi_pca_opts o0 = {0};
     const hsi_pca_opts *o = opts ? opts : &o0;
+    hsi_device dev;
+    st = hsi_device_pick(&dev, o->device, hsi_view_on_device(cube), "covariance",
+                         hsi_covariance_cuda_unsupported(cube, o));
+    if (st != HSI_OK) return st;
+    if (dev == HSI_DEVICE_CUDA) return hsi_covariance_cuda(mean, cov, n_used, cube, norm_in, o);
     hsi_norm idn = {0};
     const hsi_norm *norm = norm_in;
     uint8_t *mask = NULL;

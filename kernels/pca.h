@@ -42,6 +42,8 @@ typedef struct hsi_pca_opts {
     int n_threads;            /* 0 = hsi_threads() */
     const char *progress_label;
     const hsi_pass_split *split; /* NULL = one process (stats.h) */
+    hsi_device device;        /* where hsi_covariance (and so hsi_pca_fit) runs a host cube
+                                 (core.h's rule; a device cube goes to the GPU) */
 } hsi_pca_opts;
 
 /* Mean and covariance (ddof = 1) of the features norm makes from cube

@@ -166,12 +166,13 @@ hsi_status hsi_prep_fit(hsi_prep *out, const hsi_cube *c, const hsi_view *mask,
                        .tile_lines = spec->tile_lines,
                        .n_threads = spec->n_threads,
                        .progress_label = spec->progress ? "pca fit" : NULL,
-                       .split = spec->split};
+                       .split = spec->split,
+                       .device = spec->device};
     /* An affine map (no ignore value to fill, no L2) moves the covariance
      * of the raw bands exactly: cov_f = D cov_raw D, D = diag(scale). The
      * statistics and the raw covariance then come from one read. */
     hsi_device sd = HSI_DEVICE_CPU;
-    if (need_stats) /* statistics on the GPU: then the covariance is a second (CPU) pass */
+    if (need_stats) /* statistics on the GPU: then the covariance is a second pass there */
         HSI_TRY(hsi_device_pick(&sd, spec->device, hsi_view_on_device(&c->view), "statistics",
                                 hsi_stats_cuda_unsupported(&c->view, &so)));
     if (need_stats && want_pca && !has_ig && mode != HSI_NORM_L2 && sd == HSI_DEVICE_CPU) {

@@ -32,8 +32,8 @@ typedef struct hsi_prep_spec {
     int n_threads;            /* 0 = hsi_threads() */
     int progress;             /* 1: progress bars on stderr (when it is a terminal) */
     const hsi_pass_split *split; /* the fit shared by processes (hsi_prep_dist_split); NULL = this one */
-    hsi_device device;        /* where the statistics run (core.h's rule); the covariance
-                                 of the PCA fit is on the CPU whatever this says */
+    hsi_device device;        /* where the statistics and the PCA covariance run (core.h's
+                                 rule; on the GPU they are two passes, on the CPU one) */
 } hsi_prep_spec;
 
 void hsi_prep_spec_init(hsi_prep_spec *s); /* every band, zscore, no PCA */

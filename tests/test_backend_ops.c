@@ -1,5 +1,5 @@
 /* test_backend_ops.c — one table of the preprocessing ops (statistics, the
- * fused pass with and without PCA, patches), each driven through its public
+ * PCA covariance, the fused pass with and without PCA, patches), each driven through its public
  * dispatching entry point on every backend there is and compared with an
  * independent reference (the naive double implementations) on every
  * layout: contiguous, unaligned, byte-swapped, pixel-major, column-major
@@ -222,6 +222,76 @@ static void op_fused(const backend *be, const layout *lay, const hsi_view *host,
     free(bands);
 }
 
+/* The PCA covariance (hsi_covariance: a band subset, the ignore fill and a
+ * normalisation mode, with and without a mask) against a two-pass double
+ * covariance of hsi_normalize_cpu's features: mean to 1e-6 and covariance
+ * to 1e-5 of their largest magnitude (float products, double sums). */
+static void op_covariance(const backend *be, const layout *lay, const hsi_view *host, const hsi_view *cube)
+{
+    static const hsi_norm_mode modes[3] = {HSI_NORM_MINMAX, HSI_NORM_ZSCORE, HSI_NORM_NONE};
+    const int64_t B = host->shape[0], L = host->shape[1], S = host->shape[2];
+    int64_t *bands = NULL, nb = 0;
+    HSI_CHECK_OK(hsi_bands_parse(&bands, &nb, "2-4,6-", B));
+    hsi_stats s;
+    hsi_stats_opts so = {.has_ignore = 1, .ignore_value = 0};
+    HSI_CHECK_OK(hsi_stats_compute_ref(&s, host, &so));
+    hsi_norm nm;
+    HSI_CHECK_OK(hsi_norm_build(&nm, modes[(lay->il + lay->dt) % 3], B, bands, nb, &s, NULL, 1, 0));
+    hsi_view feat, mask;
+    int64_t fs[3] = {nb, L, S}, ms[2] = {L, S};
+    HSI_CHECK_OK(hsi_view_alloc(&feat, HSI_F32, 3, fs, HSI_BUF_HOST));
+    HSI_CHECK_OK(hsi_normalize_cpu(&feat, host, &nm));
+    HSI_CHECK_OK(hsi_view_alloc(&mask, HSI_U8, 2, ms, HSI_BUF_HOST));
+    uint8_t *mk = mask.buf->data;
+    for (int64_t i = 0; i < L * S; i++) mk[i] = i > 5 && i % 4 != 1; /* the first pixels out */
+    const float *f = feat.buf->data;
+    double *mean = malloc(sizeof(double) * (size_t)nb), *cov = malloc(sizeof(double) * (size_t)(nb * nb));
+    double *rm = malloc(sizeof(double) * (size_t)nb), *rc = malloc(sizeof(double) * (size_t)(nb * nb));
+    char what[160];
+    describe(what, sizeof what, "covariance", be, lay);
+    for (int masked = 0; masked < 2; masked++) {
+        int64_t n = 0;
+        for (int64_t j = 0; j < nb; j++) rm[j] = 0;
+        for (int64_t p = 0; p < L * S; p++)
+            if (!masked || mk[p]) {
+                n++;
+                for (int64_t j = 0; j < nb; j++) rm[j] += f[j * L * S + p];
+            }
+        for (int64_t j = 0; j < nb; j++) rm[j] /= (double)n;
+        for (int64_t a = 0; a < nb; a++)
+            for (int64_t b = 0; b < nb; b++) {
+                double acc = 0;
+                for (int64_t p = 0; p < L * S; p++)
+                    if (!masked || mk[p])
+                        acc += ((double)f[a * L * S + p] - rm[a]) * ((double)f[b * L * S + p] - rm[b]);
+                rc[a * nb + b] = acc / (double)(n - 1);
+            }
+        hsi_pca_opts po = {.mask = masked ? &mask : NULL, .tile_lines = 6, .device = be->device};
+        int64_t used = 0;
+        hsi_status st = hsi_covariance(mean, cov, &used, cube, &nm, &po);
+        HSI_CHECK_OK(st);
+        if (st != HSI_OK) continue;
+        CU_ASSERT_EQUAL(used, n);
+        double mm = 0, mc = 0, em = 0, ec = 0;
+        for (int64_t j = 0; j < nb; j++) mm = fmax(mm, fabs(rm[j])), em = fmax(em, fabs(mean[j] - rm[j]));
+        for (int64_t i = 0; i < nb * nb; i++) mc = fmax(mc, fabs(rc[i])), ec = fmax(ec, fabs(cov[i] - rc[i]));
+        int ok = em <= 1e-6 * (mm + 1) && ec <= 1e-5 * mc;
+        if (!ok)
+            fprintf(stderr, "\n  %s%s: mean off by %.3g (max %.3g), covariance by %.3g (max %.3g)\n",
+                    what, masked ? " (mask)" : "", em, mm, ec, mc);
+        CU_ASSERT(ok);
+    }
+    free(rc);
+    free(rm);
+    free(cov);
+    free(mean);
+    hsi_view_release(&mask);
+    hsi_view_release(&feat);
+    hsi_norm_free(&nm);
+    hsi_stats_free(&s);
+    free(bands);
+}
+
 /* numpy.pad 'reflect' index */
 static int64_t reflect(int64_t i, int64_t n)
 {
@@ -319,6 +389,7 @@ static const struct {
 } ops[] = {
     {"statistics", op_stats, 1},
     {"fused pass", op_fused, 1},
+    {"covariance", op_covariance, 1},
     {"patches", op_patches, 1},
 };
 

@@ -153,6 +153,8 @@ static void test_absent(void)
     HSI_CHECK_OK(hsi_norm_identity(&nm, 3));
     float out[60];
     HSI_CHECK_FAILS(hsi_fused_run_cuda(out, 0, &cube, &nm, NULL, NULL), HSI_ERR_NO_CUDA, "fused");
+    double mu[3], cv[9];
+    HSI_CHECK_FAILS(hsi_covariance_cuda(mu, cv, NULL, &cube, &nm, NULL), HSI_ERR_NO_CUDA, "covariance");
     hsi_norm_free(&nm);
     hsi_conv_dims cd;
     int in[2] = {5, 5}, k[2] = {3, 3}, one[2] = {1, 1}, zero[2] = {0, 0};
