@@ -212,16 +212,17 @@ hsi_status hsi_device_pick(hsi_device *out, hsi_device want, int data_on_device,
     if (data_on_device) {
         if (cuda_unsupported)
             return hsi_fail(HSI_ERR_UNSUPPORTED,
-                            "%s: the data is in device memory, and on the GPU %s (copy it to the "
-                            "host first)", op, cuda_unsupported);
+                            "%s: the data is in device memory, and the GPU kernel does not take "
+                            "this call: %s (copy it to the host first)", op, cuda_unsupported);
         *out = HSI_DEVICE_CUDA;
         return HSI_OK;
     }
     if (want == HSI_DEVICE_CPU) return HSI_OK;
     if (cuda_unsupported) {
         if (want == HSI_DEVICE_AUTO) return HSI_OK;
-        return hsi_fail(HSI_ERR_UNSUPPORTED, "%s with --device cuda: on the GPU %s (use --device "
-                                             "cpu or auto)", op, cuda_unsupported);
+        return hsi_fail(HSI_ERR_UNSUPPORTED, "%s with --device cuda: the GPU kernel does not take "
+                                             "this call: %s (use --device cpu or auto)",
+                        op, cuda_unsupported);
     }
     if (want == HSI_DEVICE_AUTO) {
         if (hsi_cuda_device_count() > 0) *out = HSI_DEVICE_CUDA;

@@ -419,8 +419,6 @@ static hsi_status cov_main(cov_state *V, double *mean, double *cov, int64_t *n_u
     return HSI_OK;
 }
 
-extern "C" const char *hsi_covariance_cuda_unsupported(const hsi_view *cube, const hsi_pca_opts *o);
-
 extern "C" hsi_status hsi_covariance_cuda(double *mean, double *cov, int64_t *n_used,
                                           const hsi_view *cube, const hsi_norm *norm_in,
                                           const hsi_pca_opts *opts)

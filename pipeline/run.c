@@ -204,13 +204,13 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
     if (o.batch <= 0) o.batch = 256;
     if (o.tile_lines <= 0) o.tile_lines = 64;
     HSI_TRY(hsi_prep_check(&r->prep, cube, NULL));
-    HSI_TRY(hsi_device_pick(&dev, o.device, 0, "predict", NULL));
-    if (dev == HSI_DEVICE_CUDA) HSI_TRY(hsi_gpu_classifier_init(&gq, r, NULL, o.batch));
     const int64_t L = cube->shape[1], S = cube->shape[2], T = o.tile_lines;
     if (o.features && (o.features->ndim != 3 || o.features->shape[0] != r->n_features ||
                        o.features->shape[1] != L || o.features->shape[2] != S))
         return HSI_FAIL(HSI_ERR_ARG, "predict: the features given are not (%d, %lld, %lld)",
                         r->n_features, (long long)L, (long long)S);
+    HSI_TRY(hsi_device_pick(&dev, o.device, 0, "predict", NULL));
+    if (dev == HSI_DEVICE_CUDA) HSI_TRY(hsi_gpu_classifier_init(&gq, r, NULL, o.batch));
     const int rad = r->patch / 2;
     /* under mpirun: this rank's run of whole tiles (the tiles of one
      * process, so the same pixels in the same batches) */

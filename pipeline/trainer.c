@@ -97,7 +97,6 @@ struct hsi_trainer {
     size_t history_len;
     char *p_state, *p_best;
     int on_gpu, have_val, first_epoch, epoch, best_epoch, since_best, stop, finished;
-    hsi_device prep_device; /* where the fit's statistics and the fused pass run */
     /* the epoch in progress (hsi_trainer_step) */
     int in_epoch;
     double ep_t0, ep_loss_sum;
@@ -356,6 +355,12 @@ cleanup:
     free(offs);
     free(sums);
     return st;
+}
+
+/* Where the trainer's passes run: the device it trains on. */
+static hsi_device trainer_device(const hsi_trainer *t)
+{
+    return t->on_gpu ? HSI_DEVICE_CUDA : HSI_DEVICE_CPU;
 }
 
 /* ------------------------------------------------------------- create */
@@ -627,7 +632,7 @@ static hsi_status stream_features(hsi_trainer *t, int64_t tile_lines)
     have_meta = 1;
     hsi_prep_pass pass = {.tile_lines = tile_lines,
                           .progress_label = c->progress_bars ? "stream features" : NULL,
-                          .device = t->prep_device};
+                          .device = trainer_device(t)};
     HSI_TRY(hsi_prep_write_envi_exact(t->stream_hdr, p, &t->cube.view, &om, HSI_BIP, &pass));
     HSI_TRY(hsi_envi_open(&fcube, t->stream_hdr));
     const hsi_view *v = &fcube.view;
@@ -661,7 +666,7 @@ static hsi_status make_features(hsi_trainer *t)
     if (c->mem_limit <= 0 || bytes <= c->mem_limit)
         return hsi_prep_transform(&t->fc, p, &t->cube.view,
                                   &(hsi_prep_pass){.progress_label = c->progress_bars ? "preprocess" : NULL,
-                                                   .device = t->prep_device});
+                                                   .device = trainer_device(t)});
     /* the pass's buffers (one tile of features per thread) within an
      * eighth of the budget; the tiling does not change the floats */
     int64_t per_line = no * S * 4 * (int64_t)hsi_threads();
@@ -709,7 +714,7 @@ static hsi_status fit_preprocessing(hsi_trainer *t)
         ((uint8_t *)mask.buf->data)[i] = c->fit_on_all ? 1 : t->sp.role[i] == HSI_ROLE_TRAIN;
     hsi_prep_spec ps;
     hsi_prep_spec_init(&ps);
-    ps.device = t->prep_device;
+    ps.device = trainer_device(t);
     ps.bands = c->bands_spec;
     ps.wavelengths = c->wavelengths_spec;
     ps.drop_bbl = !c->keep_bad_bands;
@@ -916,7 +921,6 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
     t->writer = hsi_dist_rank() == 0;
     HSI_TRY(check_config(&t->c));
     t->on_gpu = !strcasecmp(t->c.device, "cuda");
-    t->prep_device = t->on_gpu ? HSI_DEVICE_CUDA : HSI_DEVICE_CPU;
     if (t->c.threads > 0) hsi_threads_set(t->c.threads);
     /* new runs are written beside the directory and moved in at the end;
      * with several ranks rank 0 decides where and tells the others (they
@@ -1257,7 +1261,7 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
         HSI_TRY(hsi_module_load(r->net, t->p_best, 1, &rep));
     }
     hsi_predict_opts po = {.batch = c->batch * 2, .features = &t->fc, .across_ranks = t->ranks > 1,
-                           .device = t->on_gpu ? HSI_DEVICE_CUDA : HSI_DEVICE_CPU};
+                           .device = trainer_device(t)};
     if (t->ranks > 1) HSI_TRY(hsi_ddp_broadcast_state(t->ddp, 0));
     if (!t->writer) {
         t->res.epochs_run = t->epoch - t->first_epoch;

@@ -166,6 +166,21 @@ static void op_stats(const backend *be, const layout *lay, const hsi_view *host,
     hsi_view_release(&mask);
 }
 
+/* The ops' normalisation of a host cube: the bands of spec, the ignore
+ * value 0 filled, and one of modes chosen by the layout. */
+static void layout_norm(hsi_norm *nm, const hsi_view *host, const layout *lay, const char *spec,
+                        const hsi_norm_mode modes[3])
+{
+    int64_t *bands = NULL, nb = 0;
+    HSI_CHECK_OK(hsi_bands_parse(&bands, &nb, spec, host->shape[0]));
+    hsi_stats s;
+    hsi_stats_opts so = {.has_ignore = 1, .ignore_value = 0};
+    HSI_CHECK_OK(hsi_stats_compute_ref(&s, host, &so));
+    HSI_CHECK_OK(hsi_norm_build(nm, modes[(lay->il + lay->dt) % 3], host->shape[0], bands, nb, &s, NULL, 1, 0));
+    hsi_stats_free(&s);
+    free(bands);
+}
+
 /* The fused pass (band subset, ignore fill, a normalisation mode, then PCA
  * with whitening on every other layout), band- and pixel-major, against
  * the unfused double references hsi_normalize_cpu and
@@ -173,14 +188,10 @@ static void op_stats(const backend *be, const layout *lay, const hsi_view *host,
 static void op_fused(const backend *be, const layout *lay, const hsi_view *host, const hsi_view *cube)
 {
     static const hsi_norm_mode modes[3] = {HSI_NORM_ZSCORE, HSI_NORM_L2, HSI_NORM_MINMAX};
-    const int64_t B = host->shape[0], L = host->shape[1], S = host->shape[2];
-    int64_t *bands = NULL, nb = 0;
-    HSI_CHECK_OK(hsi_bands_parse(&bands, &nb, "1-3,5,7-", B));
-    hsi_stats s;
-    hsi_stats_opts so = {.has_ignore = 1, .ignore_value = 0};
-    HSI_CHECK_OK(hsi_stats_compute_ref(&s, host, &so));
+    const int64_t L = host->shape[1], S = host->shape[2];
     hsi_norm nm;
-    HSI_CHECK_OK(hsi_norm_build(&nm, modes[(lay->il + lay->dt) % 3], B, bands, nb, &s, NULL, 1, 0));
+    layout_norm(&nm, host, lay, "1-3,5,7-", modes);
+    const int64_t nb = nm.n_bands;
     hsi_pca p;
     hsi_pca_opts po = {.n_components = 3, .whiten = lay->il % 2};
     HSI_CHECK_OK(hsi_pca_fit(&p, host, &nm, &po));
@@ -218,8 +229,6 @@ static void op_fused(const backend *be, const layout *lay, const hsi_view *host,
     hsi_view_release(&feat);
     hsi_pca_free(&p);
     hsi_norm_free(&nm);
-    hsi_stats_free(&s);
-    free(bands);
 }
 
 /* The PCA covariance (hsi_covariance: a band subset, the ignore fill and a
@@ -229,14 +238,10 @@ static void op_fused(const backend *be, const layout *lay, const hsi_view *host,
 static void op_covariance(const backend *be, const layout *lay, const hsi_view *host, const hsi_view *cube)
 {
     static const hsi_norm_mode modes[3] = {HSI_NORM_MINMAX, HSI_NORM_ZSCORE, HSI_NORM_NONE};
-    const int64_t B = host->shape[0], L = host->shape[1], S = host->shape[2];
-    int64_t *bands = NULL, nb = 0;
-    HSI_CHECK_OK(hsi_bands_parse(&bands, &nb, "2-4,6-", B));
-    hsi_stats s;
-    hsi_stats_opts so = {.has_ignore = 1, .ignore_value = 0};
-    HSI_CHECK_OK(hsi_stats_compute_ref(&s, host, &so));
+    const int64_t L = host->shape[1], S = host->shape[2];
     hsi_norm nm;
-    HSI_CHECK_OK(hsi_norm_build(&nm, modes[(lay->il + lay->dt) % 3], B, bands, nb, &s, NULL, 1, 0));
+    layout_norm(&nm, host, lay, "2-4,6-", modes);
+    const int64_t nb = nm.n_bands;
     hsi_view feat, mask;
     int64_t fs[3] = {nb, L, S}, ms[2] = {L, S};
     HSI_CHECK_OK(hsi_view_alloc(&feat, HSI_F32, 3, fs, HSI_BUF_HOST));
@@ -288,8 +293,6 @@ static void op_covariance(const backend *be, const layout *lay, const hsi_view *
     hsi_view_release(&mask);
     hsi_view_release(&feat);
     hsi_norm_free(&nm);
-    hsi_stats_free(&s);
-    free(bands);
 }
 
 /* numpy.pad 'reflect' index */
