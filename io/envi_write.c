@@ -453,12 +453,37 @@ static hsi_status pwrite_all(int fd, const uint8_t *p, int64_t n, int64_t off, c
     return HSI_OK;
 }
 
-/* One chunk of n lines: convert into the tile in file order, then write. */
+/* 1 when src's bytes are already the file's for this interleave (host
+ * memory, the file's dtype and byte order, its strides for n lines or, in
+ * BSQ, packed rows per band): then they are written as they are. */
+static int chunk_is_file_order(const hsi_envi_writer *w, const hsi_view *src, int64_t n, int swapped)
+{
+    int64_t e = w->esz, fs[3];
+    if (!src->buf || src->buf->kind == HSI_BUF_DEVICE || src->dtype != w->dtype || src->swapped != swapped)
+        return 0;
+    if (w->il == HSI_BSQ) return src->strides[1] == w->S * e && src->strides[2] == e;
+    hsi_interleave_strides(w->il, w->B, n, w->S, e, fs);
+    return src->strides[0] == fs[0] && src->strides[1] == fs[1] && src->strides[2] == fs[2];
+}
+
+/* One chunk of n lines: convert into the tile in file order, then write;
+ * lines already in file order are written without the copy. */
 static hsi_status write_chunk(hsi_envi_writer *w, const hsi_view *src, int64_t y0, int64_t n)
 {
     hsi_status st = HSI_OK;
     int64_t B = w->B, S = w->S, e = w->esz;
     int64_t bytes = B * n * S * e;
+    int swapped = e > 1 && (w->byte_order == 1) == (hsi_host_is_little_endian() != 0);
+    int fd = fileno(w->data.fp);
+    if (chunk_is_file_order(w, src, n, swapped)) {
+        const uint8_t *p = (const uint8_t *)src->buf->data + src->offset;
+        if (w->il != HSI_BSQ)
+            return pwrite_all(fd, p, bytes, w->header_offset + y0 * B * S * e, w->data.final_path);
+        for (int64_t b = 0; b < B && st == HSI_OK; b++)
+            st = pwrite_all(fd, p + b * src->strides[0], n * S * e, w->header_offset + (b * w->L + y0) * S * e,
+                            w->data.final_path);
+        return st;
+    }
     if (bytes > w->tile_cap) {
         hsi_aligned_free(w->tile);
         w->tile_cap = 0;
@@ -479,11 +504,9 @@ static hsi_status write_chunk(hsi_envi_writer *w, const hsi_view *src, int64_t y
         hsi_interleave_strides(w->il, B, n, S, e, strides);
     }
     int64_t shape[3] = {B, n, S};
-    int swapped = e > 1 && (w->byte_order == 1) == (hsi_host_is_little_endian() != 0);
     HSI_TRY(hsi_buffer_wrap(&tb, w->tile, (size_t)bytes, HSI_BUF_HOST, NULL, NULL));
     HSI_TRY(hsi_view_make(&dst, tb, 0, w->dtype, 3, shape, strides, swapped));
     HSI_TRY(hsi_view_copy(&dst, src));
-    int fd = fileno(w->data.fp);
     if (w->il == HSI_BSQ) {
         for (int64_t b = 0; b < B; b++)
             HSI_TRY(pwrite_all(fd, w->tile + b * n * S * e, n * S * e,

@@ -8,6 +8,9 @@
 #include "fused.h"
 
 #include <cblas.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -28,6 +31,7 @@ typedef struct fused_ctx {
     const float *W;      /* (k, nf) row-major, whitening folded in; NULL = no PCA */
     int64_t k, nf, n_out, chunk, tile;
     int pixel_major;
+    int stream;          /* products to out with non-temporal stores */
     float *out;
     hsi_tile_sink sink;
     void *sink_ctx;
@@ -39,6 +43,99 @@ typedef struct fused_ctx {
     int64_t *lines_done;
 } fused_ctx;
 
+/* dst[c * ldd + r] = src[r * lds + c] for a rows x cols block: 8 x 8
+ * register transposes where the CPU has AVX. */
+static void transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols)
+{
+    int64_t r0 = 0;
+#ifdef __AVX__
+    for (; r0 + 8 <= rows; r0 += 8) {
+        int64_t c0 = 0;
+        for (; c0 + 8 <= cols; c0 += 8) {
+            const float *a = src + r0 * lds + c0;
+            __m256 x0 = _mm256_loadu_ps(a), x1 = _mm256_loadu_ps(a + lds), x2 = _mm256_loadu_ps(a + 2 * lds),
+                   x3 = _mm256_loadu_ps(a + 3 * lds), x4 = _mm256_loadu_ps(a + 4 * lds),
+                   x5 = _mm256_loadu_ps(a + 5 * lds), x6 = _mm256_loadu_ps(a + 6 * lds),
+                   x7 = _mm256_loadu_ps(a + 7 * lds);
+            __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1),
+                   t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3),
+                   t4 = _mm256_unpacklo_ps(x4, x5), t5 = _mm256_unpackhi_ps(x4, x5),
+                   t6 = _mm256_unpacklo_ps(x6, x7), t7 = _mm256_unpackhi_ps(x6, x7);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
+                   u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
+                   u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+                   u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+            float *d = dst + c0 * ldd + r0;
+            _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+        for (int64_t r = r0; r < r0 + 8; r++)
+            for (int64_t c = c0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
+    }
+#endif
+    /* the remaining rows, 16 x 16 tiles so the strided side stays in cache */
+    for (int64_t c0 = 0; c0 < cols; c0 += 16)
+        for (int64_t q0 = r0; q0 < rows; q0 += 16) {
+            int64_t c1 = c0 + 16 < cols ? c0 + 16 : cols, q1 = q0 + 16 < rows ? q0 + 16 : rows;
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t r = q0; r < q1; r++) dst[c * ldd + r] = src[r * lds + c];
+        }
+}
+
+/* Stores a block of products staged in stg (pixel-major (np, no), or
+ * band-major rows of np) at its place in the destination. */
+static void fused_store(const fused_ctx *c, float *dst, const float *stg, int64_t yl, int64_t dL, int64_t s0,
+                        int64_t np)
+{
+    int64_t S = c->cube->shape[2], no = c->n_out;
+    if (c->pixel_major) {
+        if (c->stream) hsi_kern_stream_f32(dst + (yl * S + s0) * no, stg, np * no);
+        else memcpy(dst + (yl * S + s0) * no, stg, sizeof(float) * (size_t)(np * no));
+        return;
+    }
+    for (int64_t o = 0; o < no; o++) {
+        float *d = dst + (o * dL + yl) * S + s0;
+        if (c->stream) hsi_kern_stream_f32(d, stg + o * np, np);
+        else memcpy(d, stg + o * np, sizeof(float) * (size_t)np);
+    }
+}
+
+/* Band-major products without a projection from rows of samples (BSQ,
+ * BIL): band by band over the tile's lines, so that each output plane is
+ * written, and in BSQ each input plane read, as one stream (the
+ * prefetchers follow a few streams, not one per band); rows in runs of rl
+ * pixels. The same floats as block by block. */
+static void fused_planes(const fused_ctx *c, float *dst, int64_t tl0, int64_t tl1, int64_t dl0, int64_t dL,
+                         float *stg, int64_t rl, float *scr)
+{
+    int64_t S = c->cube->shape[2];
+    for (int64_t j = 0; j < c->nf; j++) {
+        int64_t b = c->pp.bands ? c->pp.bands[j] : j;
+        hsi_kern_prep pj = c->pp;
+        pj.n_bands = 1;
+        pj.bands = &b;
+        if (pj.scale) pj.scale += j;
+        if (pj.center) pj.center += j;
+        if (pj.offset) pj.offset += j;
+        if (pj.sub) pj.sub += j;
+        if (pj.fill) pj.fill += j;
+        for (int64_t y = tl0; y < tl1; y++)
+            for (int64_t s0 = 0; s0 < S; s0 += rl) {
+                int64_t np = S - s0 < rl ? S - s0 : rl;
+                float *d = dst + (j * dL + y - dl0) * S + s0;
+                hsi_kern_load_f32(stg ? stg : d, np, 1, c->cube, &pj, y, s0, np, scr);
+                if (stg && c->stream) hsi_kern_stream_f32(d, stg, np);
+                else if (stg) memcpy(d, stg, sizeof(float) * (size_t)np);
+            }
+    }
+}
+
 static hsi_status fused_worker(void *vc, int t, int nt)
 {
     fused_ctx *c = vc;
@@ -46,13 +143,16 @@ static hsi_status fused_worker(void *vc, int t, int nt)
     const hsi_view *cube = c->cube;
     int64_t L = cube->shape[1], S = cube->shape[2], nf = c->nf, no = c->n_out, ch = c->chunk;
     int in_bm = !hsi_kern_pixel_major_input(cube), out_pm = c->pixel_major;
+    /* products are staged per block when they are streamed out, or when
+     * band-major rows more than 2^31 elements apart cannot be a BLAS ldc */
+    int stage = c->stream || (c->W && !out_pm && (c->sink ? c->tile : L) * S > INT_MAX);
+    int planes = !c->W && !out_pm && !c->pp.l2 && in_bm;
+    int64_t rl = !planes ? 0 : stage && ch * no < S ? ch * no : S; /* plane rows per load */
     float *blk = hsi_aligned_alloc(sizeof(float) * (size_t)(ch * nf));
-    float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, ch, nf));
-    /* band-major rows more than 2^31 elements apart cannot be a BLAS ldc */
-    int need_y = c->W && !out_pm && (c->sink ? c->tile : L) * S > INT_MAX;
-    float *Y = need_y ? hsi_aligned_alloc(sizeof(float) * (size_t)(ch * c->k)) : NULL;
+    float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, rl > ch ? rl : ch, nf));
+    float *stg = stage ? hsi_aligned_alloc(sizeof(float) * (size_t)(ch * no)) : NULL;
     float *tilebuf = c->sink ? hsi_aligned_alloc(sizeof(float) * (size_t)(c->tile * S * no)) : NULL;
-    if (!blk || !scr || (c->sink && !tilebuf) || (need_y && !Y)) {
+    if (!blk || !scr || (c->sink && !tilebuf) || (stage && !stg)) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "fused pass: cannot allocate blocks for %lld pixels x %lld bands",
                       (long long)ch, (long long)nf);
         goto cleanup;
@@ -65,65 +165,46 @@ static hsi_status fused_worker(void *vc, int t, int nt)
         /* destination of this tile: the tile buffer, or the output array */
         float *dst = c->sink ? tilebuf : c->out;
         int64_t dl0 = c->sink ? tl0 : 0, dL = c->sink ? tl1 - tl0 : L;
-        for (int64_t y = tl0; y < tl1; y++) {
+        if (planes) fused_planes(c, dst, tl0, tl1, dl0, dL, stg, rl, scr);
+        for (int64_t y = tl0; y < (planes ? tl0 : tl1); y++) {
             for (int64_t s0 = 0; s0 < S; s0 += ch) {
                 int64_t np = S - s0 < ch ? S - s0 : ch;
                 int64_t ld = in_bm ? np : nf, yl = y - dl0;
+                /* where this block's products go: pixel-major (np, no) rows
+                 * of no, or band-major rows bld apart */
+                float *bd = stage ? stg : out_pm ? dst + (yl * S + s0) * no : dst + yl * S + s0;
+                int64_t bld = out_pm ? no : stage ? np : dL * S;
                 if (!c->W && in_bm == !out_pm) {
                     /* no projection and the same orientation: the loader
-                     * writes straight into the destination */
-                    if (out_pm)
-                        hsi_kern_load_f32(dst + (yl * S + s0) * no, no, 0, cube, &c->pp, y, s0, np, scr);
-                    else
-                        hsi_kern_load_f32(dst + yl * S + s0, dL * S, 1, cube, &c->pp, y, s0, np, scr);
-                    continue;
-                }
-                hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
-                if (c->W) {
-                    /* the product lands in the destination itself: pixel-major
-                     * (np, k) rows of k, or band-major (k, np) rows dL*S apart */
+                     * writes the products itself */
+                    hsi_kern_load_f32(bd, bld, in_bm, cube, &c->pp, y, s0, np, scr);
+                } else if (c->W) {
                     int k = (int)c->k;
-                    if (out_pm) {
-                        float *Yd = dst + (yl * S + s0) * no;
-                        if (in_bm) /* blk: (nf, np); Y = blk^T W^T */
-                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)np, k, (int)nf, 1.0f,
-                                        blk, (int)np, c->W, (int)nf, 0.0f, Yd, k);
-                        else /* blk: (np, nf); Y = blk W^T */
-                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)np, k, (int)nf, 1.0f,
-                                        blk, (int)nf, c->W, (int)nf, 0.0f, Yd, k);
-                    } else {
-                        float *Yd = Y ? Y : dst + yl * S + s0;
-                        int ldy = Y ? (int)np : (int)(dL * S);
-                        if (in_bm) /* Y = W blk */
-                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k, (int)np, (int)nf, 1.0f,
-                                        c->W, (int)nf, blk, (int)np, 0.0f, Yd, ldy);
-                        else /* Y = W blk^T */
-                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, k, (int)np, (int)nf, 1.0f,
-                                        c->W, (int)nf, blk, (int)nf, 0.0f, Yd, ldy);
-                        for (int64_t o = 0; Y && o < k; o++)
-                            memcpy(dst + (o * dL + yl) * S + s0, Y + o * np, sizeof(float) * (size_t)np);
-                    }
-                    continue;
-                }
-                const float *R = blk; /* result: element (p, o) */
-                int64_t rs_p = in_bm ? 1 : nf, rs_o = in_bm ? np : 1;
-                if (out_pm) {
-                    float *d = dst + (yl * S + s0) * no;
-                    for (int64_t p = 0; p < np; p++)
-                        for (int64_t o = 0; o < no; o++) d[p * no + o] = R[p * rs_p + o * rs_o];
+                    hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
+                    if (out_pm && in_bm) /* blk: (nf, np); Y = blk^T W^T */
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)np, k, (int)nf, 1.0f, blk,
+                                    (int)np, c->W, (int)nf, 0.0f, bd, (int)bld);
+                    else if (out_pm) /* blk: (np, nf); Y = blk W^T */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)np, k, (int)nf, 1.0f, blk,
+                                    (int)nf, c->W, (int)nf, 0.0f, bd, (int)bld);
+                    else if (in_bm) /* Y = W blk */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k, (int)np, (int)nf, 1.0f, c->W,
+                                    (int)nf, blk, (int)np, 0.0f, bd, (int)bld);
+                    else /* Y = W blk^T */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, k, (int)np, (int)nf, 1.0f, c->W,
+                                    (int)nf, blk, (int)nf, 0.0f, bd, (int)bld);
                 } else {
-                    /* 16 x 16 tiles: a transposing store stays in cache */
-                    for (int64_t o0 = 0; o0 < no; o0 += 16)
-                        for (int64_t p0 = 0; p0 < np; p0 += 16) {
-                            int64_t o1 = o0 + 16 < no ? o0 + 16 : no, p1 = p0 + 16 < np ? p0 + 16 : np;
-                            for (int64_t o = o0; o < o1; o++) {
-                                float *d = dst + (o * dL + yl) * S + s0;
-                                for (int64_t p = p0; p < p1; p++) d[p] = R[p * rs_p + o * rs_o];
-                            }
-                        }
+                    /* the other orientation: the loaded block transposed */
+                    hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
+                    if (out_pm) /* blk (nf, np) -> (np, no) */
+                        transpose_f32(bd, bld, blk, np, nf, np);
+                    else /* blk (np, nf) -> rows of bld */
+                        transpose_f32(bd, bld, blk, nf, np, nf);
                 }
+                if (stage) fused_store(c, dst, stg, yl, dL, s0, np);
             }
         }
+        if (c->stream) hsi_kern_stream_fence();
         hsi_kern_release_lines(cube, tl0, tl1);
         if (c->sink) {
             pthread_mutex_lock(&c->lock);
@@ -151,7 +232,7 @@ cleanup:
     hsi_aligned_free(blk);
     hsi_aligned_free(scr);
     hsi_aligned_free(tilebuf);
-    hsi_aligned_free(Y);
+    hsi_aligned_free(stg);
     return st;
 }
 
@@ -232,6 +313,8 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     if (c.chunk < 256) c.chunk = 256;
     if (c.chunk > cube->shape[2]) c.chunk = cube->shape[2] > 0 ? cube->shape[2] : 1;
     c.out = out;
+    /* an output array far bigger than the caches is written around them */
+    c.stream = !o->sink && (double)c.n_out * (double)L * (double)cube->shape[2] * 4.0 >= (double)(64 << 20);
     c.sink = o->sink;
     c.sink_ctx = o->sink_ctx;
     pthread_mutex_init(&c.lock, NULL);

@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include <cblas.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 int hsi_kern_blas_single_begin(void)
 {
@@ -128,6 +131,25 @@ KERN_SPEC_FN(spec_f32, float)
 #undef KERN_LOAD
 #undef KERN_RAW
 #undef KERN_SPEC
+
+void hsi_kern_stream_f32(float *dst, const float *src, int64_t n)
+{
+#ifdef __AVX__
+    int64_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = src[i];
+    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+    for (; i < n; i++) dst[i] = src[i];
+#else
+    memcpy(dst, src, sizeof(float) * (size_t)n);
+#endif
+}
+
+void hsi_kern_stream_fence(void)
+{
+#ifdef __AVX__
+    _mm_sfence();
+#endif
+}
 
 void hsi_kern_release_lines(const hsi_view *cube, int64_t l0, int64_t l1)
 {

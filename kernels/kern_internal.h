@@ -90,6 +90,13 @@ typedef void (*hsi_kern_tile_hook)(void *ctx, int64_t k, int t, int64_t y0, int6
 hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts,
                                     int64_t n_chunks, hsi_kern_tile_hook hook, void *hook_ctx);
 
+/* Copies n floats to dst with non-temporal stores where the CPU has AVX
+ * (x86-64-v3 builds; else memcpy): for outputs far bigger than the caches,
+ * which then skip the read-for-ownership of every line. The writer calls
+ * hsi_kern_stream_fence() before anyone else reads dst. */
+void hsi_kern_stream_f32(float *dst, const float *src, int64_t n);
+void hsi_kern_stream_fence(void);
+
 /* Checks that v is a host-visible (band, line, sample) real cube. */
 hsi_status hsi_kern_check_cube(const hsi_view *v, const char *what);
 

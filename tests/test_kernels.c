@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "io/meta.h"
 #include "kernels/bands.h"
 #include "kernels/fused.h"
 #include "kernels/normalize.h"
@@ -602,6 +603,68 @@ static void test_fused_equals_unfused(void)
     free(bands);
 }
 
+/* Outputs of 64 MiB and more are written with non-temporal stores (in
+ * blocks staged in cache); the sink's tiles never are: both give the same
+ * bits, for every interleave, both product orientations, with and without
+ * a projection, on rows of odd length (unaligned starts and tails). */
+static void test_fused_streamed_output(void)
+{
+    int64_t B = 64, L = 260, S = 1021, N = L * S;
+    hsi_buffer *buf = NULL;
+    CU_ASSERT_EQUAL_FATAL(hsi_buffer_alloc(&buf, (size_t)(B * N * 2), HSI_BUF_HOST), HSI_OK);
+    uint32_t r = 12345;
+    for (int64_t i = 0; i < B * N; i++) {
+        r = r * 1664525u + 1013904223u;
+        ((uint16_t *)buf->data)[i] = (uint16_t)(1000 + (r >> 22) + (i % B) * 7);
+    }
+    float *a = hsi_aligned_alloc(sizeof(float) * (size_t)(B * N));
+    float *g = hsi_aligned_alloc(sizeof(float) * (size_t)(B * N));
+    CU_ASSERT_FATAL(a && g);
+    for (int il = 0; il < 3; il += 2) { /* BSQ: rows of samples; BIP: spectra (BIL loads as BSQ) */
+        hsi_view v;
+        int64_t shape[3] = {B, L, S}, st[3];
+        hsi_interleave_strides((hsi_interleave)il, B, L, S, 2, st);
+        HSI_CHECK_OK(hsi_view_make(&v, buf, 0, HSI_U16, 3, shape, st, 0));
+        hsi_stats s;
+        HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
+        hsi_norm nm;
+        HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_ZSCORE, B, NULL, B, &s, NULL, 0, 0));
+        hsi_pca p;
+        hsi_pca_opts po = {.n_components = B};
+        HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &po));
+        for (int c = 0; c < 4; c++) {
+            int pm = c & 1, proj = c >> 1;
+            const hsi_norm *n = proj ? NULL : &nm;
+            const hsi_pca *pc = proj ? &p : NULL;
+            memset(a, 0xff, sizeof(float) * (size_t)(B * N));
+            hsi_fused_opts fo = {.pixel_major = pm, .n_threads = 2};
+            HSI_CHECK_OK(hsi_fused_run(a, &v, n, pc, &fo));
+            sink_ctx sc = {g, L, 0, 0};
+            hsi_fused_opts fs = {.pixel_major = pm, .n_threads = 2, .tile_lines = 16, .sink = collect,
+                                 .sink_ctx = &sc};
+            HSI_CHECK_OK(hsi_fused_run(NULL, &v, n, pc, &fs));
+            /* a is in the requested orientation, g band-major */
+            int64_t bad = 0;
+            for (int64_t o = 0; o < B; o++)
+                for (int64_t q = 0; q < N; q++) {
+                    float x = pm ? a[q * B + o] : a[o * N + q];
+                    if (memcmp(&x, &g[o * N + q], sizeof x) != 0) bad++;
+                }
+            if (bad) fprintf(stderr, "  %s %s %s: %lld of %lld floats differ\n", il_name[il],
+                             pm ? "pixel-major" : "band-major", proj ? "PCA" : "zscore", (long long)bad,
+                             (long long)(B * N));
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+        hsi_pca_free(&p);
+        hsi_norm_free(&nm);
+        hsi_stats_free(&s);
+        hsi_view_release(&v);
+    }
+    hsi_aligned_free(a);
+    hsi_aligned_free(g);
+    hsi_buffer_release(buf);
+}
+
 static void test_pca_save_load(void)
 {
     dims();
@@ -1101,7 +1164,9 @@ HSI_SUITE(kernels_pca, 0, {"pca: sklearn fit on 18 layouts + scores", test_pca_f
           {"pca: mask, zscore chain, band subset", test_pca_mask_norm_subset},
           {"pca: save/load + corrupt files", test_pca_save_load},
           {"pca: covariance of a 15k-pixel cube vs naive double", test_covariance_precision})
-HSI_SUITE(kernels_fused, 0, {"fused == unfused (modes, subsets, ignore, layouts, sink)", test_fused_equals_unfused})
+HSI_SUITE(kernels_fused, 0, {"fused == unfused (modes, subsets, ignore, layouts, sink)", test_fused_equals_unfused},
+          {"fused: outputs over 64 MiB (non-temporal stores) == the sink's tiles, bit for bit",
+           test_fused_streamed_output})
 HSI_SUITE(kernels_bands, 0, {"bands: spec, wavelengths, bbl", test_bands_parse},
           {"bands: variance ranking + OPBS vs numpy", test_bands_rank_opbs})
 
