@@ -2,6 +2,7 @@
  * prints help. Subcommands live one per file in cli/. */
 #include "cli.h"
 #include "core/dist.h"
+#include "core/threads.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -234,6 +235,7 @@ static int run_main(int argc, char **argv);
 int main(int argc, char **argv)
 {
     atexit(close_stdout);
+    hsi_blas_workers_stop(); /* they would spin on a core for ~0.1 s */
     hsi_tmp_cleanup_on_signals(); /* SIGINT/SIGTERM remove half-written files */
     if (hsi_dist_init(&argc, &argv) != HSI_OK) {
         fprintf(stderr, "hsi: %s\n", hsi_last_error());

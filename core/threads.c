@@ -193,3 +193,12 @@ void hsi_split_range(int64_t n_lines, int t, int n, int64_t *l0, int64_t *l1)
     *l1 = n_lines * (t + 1) / n;
 }
 
+
+/* OpenBLAS's (exported, not in its headers): joins its worker threads; its
+ * next multithreaded call starts them again. Weak: NULL without it. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+void hsi_blas_workers_stop(void)
+{
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
+}

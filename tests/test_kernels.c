@@ -148,6 +148,50 @@ static void check_stats(const hsi_stats *s, const char *prefix, int64_t nb)
 
 static const hsi_dtype dtypes[3] = {HSI_U16, HSI_I16, HSI_F32};
 
+/* The 16-bit statistics loop (vectorised where the CPU has AVX2): uint16
+ * and int16, BSQ and BIL rows of lengths around the vector width and long
+ * ones, each band with its minimum and maximum in another vector lane and
+ * the dtype's extremes present, vs the naive two-pass reference. */
+static void test_stats_16bit_rows(void)
+{
+    const int64_t Ss[] = {1, 15, 16, 17, 31, 33, 1000};
+    for (int u = 0; u < 2; u++)
+        for (int il = 0; il < 2; il++)
+            for (size_t si = 0; si < sizeof Ss / sizeof *Ss; si++) {
+                int64_t B = 19, L = 3, S = Ss[si], N = L * S;
+                hsi_dtype dt = u ? HSI_U16 : HSI_I16;
+                double *vals = malloc(sizeof(double) * (size_t)(B * N));
+                uint32_t r = 7u + (uint32_t)(si * 31 + il * 7 + u);
+                for (int64_t b = 0; b < B; b++) {
+                    for (int64_t i = 0; i < N; i++) {
+                        r = r * 1664525u + 1013904223u;
+                        vals[b * N + i] = u ? (double)(r >> 16) : (double)(int16_t)(r >> 16);
+                    }
+                    /* the band's extremes at lane b (and b + 3) of some vector */
+                    int64_t at = (16 * (int64_t)(r % 7) + b) % N, at2 = (16 * (int64_t)(r % 5) + b + 3) % N;
+                    vals[b * N + at] = u ? 65535 : 32767;
+                    if (at2 != at) vals[b * N + at2] = u ? 0 : -32768;
+                    if (b == 5) /* and one band of a single value */
+                        for (int64_t i = 0; i < N; i++) vals[b * N + i] = u ? 65535 : -32768;
+                }
+                hsi_view v = make_cube(vals, B, L, S, dt, il, 0);
+                hsi_stats got, want;
+                HSI_CHECK_OK(hsi_stats_compute(&got, &v, NULL));
+                HSI_CHECK_OK(hsi_stats_compute_ref(&want, &v, NULL));
+                for (int64_t b = 0; b < B; b++) {
+                    CU_ASSERT_EQUAL(got.count[b], want.count[b]);
+                    CU_ASSERT_EQUAL(got.min[b], want.min[b]);
+                    CU_ASSERT_EQUAL(got.max[b], want.max[b]);
+                    CU_ASSERT_DOUBLE_EQUAL(got.mean[b], want.mean[b], 1e-12 * (1 + fabs(want.mean[b])));
+                    CU_ASSERT_DOUBLE_EQUAL(got.var[b], want.var[b], 1e-9 * (1 + want.var[b]));
+                }
+                hsi_stats_free(&got);
+                hsi_stats_free(&want);
+                hsi_view_release(&v);
+                free(vals);
+            }
+}
+
 static void test_stats_layouts(void)
 {
     dims();
@@ -1150,6 +1194,8 @@ static void test_stats_split_parts(void)
 
 HSI_SUITE(kernels_stats, 0, {"stats: 3 dtypes x 3 interleaves x 2 byte orders x 1-3 threads", test_stats_layouts},
           {"stats: naive reference path", test_stats_reference_path},
+          {"stats: 16-bit rows of 1 to 1000 values, extremes in every lane, vs the reference",
+           test_stats_16bit_rows},
           {"stats: crop + band subset views", test_stats_subview}, {"stats: pixel masks", test_stats_mask},
           {"stats: data ignore value", test_stats_ignore},
           {"stats: histogram + percentiles", test_stats_histogram},
