@@ -147,7 +147,10 @@ static hsi_status fused_worker(void *vc, int t, int nt)
      * band-major rows more than 2^31 elements apart cannot be a BLAS ldc */
     int stage = c->stream || (c->W && !out_pm && (c->sink ? c->tile : L) * S > INT_MAX);
     int planes = !c->W && !out_pm && !c->pp.l2 && in_bm;
-    int64_t rl = !planes ? 0 : stage && ch * no < S ? ch * no : S; /* plane rows per load */
+    /* plane rows per load: up to 2048 pixels (the loader's scratch grows
+     * with them), up to the staging block */
+    int64_t rl = !planes ? 0 : S < 2048 ? S : 2048;
+    if (stage && rl > ch * no) rl = ch * no;
     float *blk = hsi_aligned_alloc(sizeof(float) * (size_t)(ch * nf));
     float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, rl > ch ? rl : ch, nf));
     float *stg = stage ? hsi_aligned_alloc(sizeof(float) * (size_t)(ch * no)) : NULL;

@@ -649,11 +649,12 @@ static void test_fused_equals_unfused(void)
 
 /* Outputs of 64 MiB and more are written with non-temporal stores (in
  * blocks staged in cache); the sink's tiles never are: both give the same
- * bits, for every interleave, both product orientations, with and without
- * a projection, on rows of odd length (unaligned starts and tails). */
+ * bits, for rows of samples (BSQ) and spectra (BIP), both product
+ * orientations, with and without a projection, on rows whose starts are
+ * not all 32-byte aligned and longer than one 2048-pixel run. */
 static void test_fused_streamed_output(void)
 {
-    int64_t B = 64, L = 260, S = 1021, N = L * S;
+    int64_t B = 64, L = 130, S = 2100, N = L * S;
     hsi_buffer *buf = NULL;
     CU_ASSERT_EQUAL_FATAL(hsi_buffer_alloc(&buf, (size_t)(B * N * 2), HSI_BUF_HOST), HSI_OK);
     uint32_t r = 12345;
