@@ -148,17 +148,20 @@ static void check_stats(const hsi_stats *s, const char *prefix, int64_t nb)
 
 static const hsi_dtype dtypes[3] = {HSI_U16, HSI_I16, HSI_F32};
 
-/* The 16-bit statistics loop (vectorised where the CPU has AVX2): uint16
+/* The 16-bit statistics loops (vectorised where the CPU has AVX2): uint16
  * and int16, BSQ and BIL rows of lengths around the vector width and long
- * ones, each band with its minimum and maximum in another vector lane and
- * the dtype's extremes present, vs the naive two-pass reference. */
+ * ones, BIP spectra of 35 bands (two vectors and a rest) or 1041 over
+ * runs of pixels around the 256-pixel blocks; each band with its minimum and
+ * maximum in another vector lane, the dtype's extremes present, bands of
+ * one value at either end, vs the naive two-pass reference. */
 static void test_stats_16bit_rows(void)
 {
-    const int64_t Ss[] = {1, 15, 16, 17, 31, 33, 1000};
+    const int64_t Ss[] = {1, 15, 16, 17, 31, 33, 257, 1000};
     for (int u = 0; u < 2; u++)
-        for (int il = 0; il < 2; il++)
+        for (int il = 0; il < 3; il++)
             for (size_t si = 0; si < sizeof Ss / sizeof *Ss; si++) {
-                int64_t B = 19, L = 3, S = Ss[si], N = L * S;
+                /* and once 1041 bands: more than the 1024 whose sums stay in cache */
+                int64_t B = il == 2 && si == 6 ? 1041 : 35, L = 3, S = Ss[si], N = L * S;
                 hsi_dtype dt = u ? HSI_U16 : HSI_I16;
                 double *vals = malloc(sizeof(double) * (size_t)(B * N));
                 uint32_t r = 7u + (uint32_t)(si * 31 + il * 7 + u);
@@ -171,8 +174,10 @@ static void test_stats_16bit_rows(void)
                     int64_t at = (16 * (int64_t)(r % 7) + b) % N, at2 = (16 * (int64_t)(r % 5) + b + 3) % N;
                     vals[b * N + at] = u ? 65535 : 32767;
                     if (at2 != at) vals[b * N + at2] = u ? 0 : -32768;
-                    if (b == 5) /* and one band of a single value */
-                        for (int64_t i = 0; i < N; i++) vals[b * N + i] = u ? 65535 : -32768;
+                    if (b == 5 || b == 22) /* bands of one value */
+                        for (int64_t i = 0; i < N; i++) vals[b * N + i] = u ? 65535 : 32767;
+                    if (b == 6 || b == 21)
+                        for (int64_t i = 0; i < N; i++) vals[b * N + i] = u ? 0 : -32768;
                 }
                 hsi_view v = make_cube(vals, B, L, S, dt, il, 0);
                 hsi_stats got, want;
