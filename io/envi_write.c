@@ -466,24 +466,32 @@ static int chunk_is_file_order(const hsi_envi_writer *w, const hsi_view *src, in
     return src->strides[0] == fs[0] && src->strides[1] == fs[1] && src->strides[2] == fs[2];
 }
 
-/* One chunk of n lines: convert into the tile in file order, then write;
- * lines already in file order are written without the copy. */
+/* n lines in the file's order at p (in BSQ, band b's rows at p + b *
+ * band_stride) written as lines y0.. of the file. */
+static hsi_status write_file_order(hsi_envi_writer *w, const uint8_t *p, int64_t band_stride, int64_t y0,
+                                   int64_t n)
+{
+    int64_t B = w->B, S = w->S, e = w->esz;
+    int fd = fileno(w->data.fp);
+    hsi_status st = HSI_OK;
+    if (w->il != HSI_BSQ)
+        return pwrite_all(fd, p, B * n * S * e, w->header_offset + y0 * B * S * e, w->data.final_path);
+    for (int64_t b = 0; b < B && st == HSI_OK; b++)
+        st = pwrite_all(fd, p + b * band_stride, n * S * e, w->header_offset + (b * w->L + y0) * S * e,
+                        w->data.final_path);
+    return st;
+}
+
+/* One chunk of n lines: lines already in the file's order are written as
+ * they are; others are converted into the tile in file order first. */
 static hsi_status write_chunk(hsi_envi_writer *w, const hsi_view *src, int64_t y0, int64_t n)
 {
     hsi_status st = HSI_OK;
     int64_t B = w->B, S = w->S, e = w->esz;
     int64_t bytes = B * n * S * e;
     int swapped = e > 1 && (w->byte_order == 1) == (hsi_host_is_little_endian() != 0);
-    int fd = fileno(w->data.fp);
-    if (chunk_is_file_order(w, src, n, swapped)) {
-        const uint8_t *p = (const uint8_t *)src->buf->data + src->offset;
-        if (w->il != HSI_BSQ)
-            return pwrite_all(fd, p, bytes, w->header_offset + y0 * B * S * e, w->data.final_path);
-        for (int64_t b = 0; b < B && st == HSI_OK; b++)
-            st = pwrite_all(fd, p + b * src->strides[0], n * S * e, w->header_offset + (b * w->L + y0) * S * e,
-                            w->data.final_path);
-        return st;
-    }
+    if (chunk_is_file_order(w, src, n, swapped))
+        return write_file_order(w, (const uint8_t *)src->buf->data + src->offset, src->strides[0], y0, n);
     if (bytes > w->tile_cap) {
         hsi_aligned_free(w->tile);
         w->tile_cap = 0;
@@ -507,14 +515,7 @@ static hsi_status write_chunk(hsi_envi_writer *w, const hsi_view *src, int64_t y
     HSI_TRY(hsi_buffer_wrap(&tb, w->tile, (size_t)bytes, HSI_BUF_HOST, NULL, NULL));
     HSI_TRY(hsi_view_make(&dst, tb, 0, w->dtype, 3, shape, strides, swapped));
     HSI_TRY(hsi_view_copy(&dst, src));
-    if (w->il == HSI_BSQ) {
-        for (int64_t b = 0; b < B; b++)
-            HSI_TRY(pwrite_all(fd, w->tile + b * n * S * e, n * S * e,
-                               w->header_offset + (b * w->L + y0) * S * e, w->data.final_path));
-    } else {
-        HSI_TRY(pwrite_all(fd, w->tile, bytes, w->header_offset + y0 * B * S * e,
-                           w->data.final_path));
-    }
+    st = write_file_order(w, w->tile, n * S * e, y0, n);
 cleanup:
     hsi_view_release(&dst);
     hsi_buffer_release(tb);

@@ -88,6 +88,13 @@ static void transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds
         }
 }
 
+/* n products to d: around the caches when the pass streams its output */
+static void fused_put(const fused_ctx *c, float *d, const float *src, int64_t n)
+{
+    if (c->stream) hsi_kern_stream_f32(d, src, n);
+    else memcpy(d, src, sizeof(float) * (size_t)n);
+}
+
 /* Stores a block of products staged in stg (pixel-major (np, no), or
  * band-major rows of np) at its place in the destination. */
 static void fused_store(const fused_ctx *c, float *dst, const float *stg, int64_t yl, int64_t dL, int64_t s0,
@@ -95,15 +102,10 @@ static void fused_store(const fused_ctx *c, float *dst, const float *stg, int64_
 {
     int64_t S = c->cube->shape[2], no = c->n_out;
     if (c->pixel_major) {
-        if (c->stream) hsi_kern_stream_f32(dst + (yl * S + s0) * no, stg, np * no);
-        else memcpy(dst + (yl * S + s0) * no, stg, sizeof(float) * (size_t)(np * no));
+        fused_put(c, dst + (yl * S + s0) * no, stg, np * no);
         return;
     }
-    for (int64_t o = 0; o < no; o++) {
-        float *d = dst + (o * dL + yl) * S + s0;
-        if (c->stream) hsi_kern_stream_f32(d, stg + o * np, np);
-        else memcpy(d, stg + o * np, sizeof(float) * (size_t)np);
-    }
+    for (int64_t o = 0; o < no; o++) fused_put(c, dst + (o * dL + yl) * S + s0, stg + o * np, np);
 }
 
 /* Band-major products without a projection from rows of samples (BSQ,
@@ -130,8 +132,7 @@ static void fused_planes(const fused_ctx *c, float *dst, int64_t tl0, int64_t tl
                 int64_t np = S - s0 < rl ? S - s0 : rl;
                 float *d = dst + (j * dL + y - dl0) * S + s0;
                 hsi_kern_load_f32(stg ? stg : d, np, 1, c->cube, &pj, y, s0, np, scr);
-                if (stg && c->stream) hsi_kern_stream_f32(d, stg, np);
-                else if (stg) memcpy(d, stg, sizeof(float) * (size_t)np);
+                if (stg) fused_put(c, d, stg, np);
             }
     }
 }

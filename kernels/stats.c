@@ -129,6 +129,19 @@ typedef uint16_t u16u __attribute__((aligned(1), may_alias));
     }
 
 #ifdef __AVX2__
+/* Adds cnt values' sums taken in the flipped domain x' (row_16bit_avx2)
+ * to the exact sums of x: sum x = sum x' + 32768 cnt, sum x^2 = sum x'^2
+ * + 65536 sum x' + 2^30 cnt (uint16; int16 needs no shift). */
+static inline void fold_16bit(int is_u16, int64_t cnt, int64_t sx, uint64_t qx, int32_t m0, int32_t m1,
+                              int64_t *s, uint64_t *q, int32_t *mn, int32_t *mx)
+{
+    int32_t off = is_u16 ? 32768 : 0;
+    *s += sx + (int64_t)off * cnt;
+    *q += qx + (is_u16 ? (uint64_t)65536 * (uint64_t)sx + ((uint64_t)cnt << 30) : 0);
+    *mn = m0 + off < *mn ? m0 + off : *mn;
+    *mx = m1 + off > *mx ? m1 + off : *mx;
+}
+
 /* 16-bit rows in native order, 16 values a step: x' = x (int16) or
  * x - 32768 (uint16, by flipping the top bit) so that madd_epi16 gives the
  * pair sums of x' (into int32 lanes, widened every 16 Ki steps before they
@@ -143,7 +156,7 @@ static int64_t row_16bit_avx2(const u16u *w, int64_t n, int is_u16, int64_t *s, 
     if (nv == 0) return 0;
     const __m256i flip = _mm256_set1_epi16(is_u16 ? (short)0x8000 : 0), ones = _mm256_set1_epi16(1);
     const __m256i lo32 = _mm256_set1_epi64x(0xffffffff);
-    __m256i vmn = _mm256_set1_epi16(is_u16 ? (short)0x7fff : (short)0x7fff), vmx = _mm256_set1_epi16((short)0x8000);
+    __m256i vmn = _mm256_set1_epi16(0x7fff), vmx = _mm256_set1_epi16((short)0x8000);
     __m256i q64 = _mm256_setzero_si256(), s64 = _mm256_setzero_si256();
     for (int64_t i0 = 0; i0 < nv; i0 += 16384) {
         int64_t i1 = i0 + 16384 < nv ? i0 + 16384 : nv;
@@ -171,17 +184,13 @@ static int64_t row_16bit_avx2(const u16u *w, int64_t n, int is_u16, int64_t *s, 
         sx += sl[k];
         qx += ql[k];
     }
-    int32_t off = is_u16 ? 32768 : 0, m0 = INT32_MAX, m1 = INT32_MIN;
+    int32_t m0 = INT16_MAX, m1 = INT16_MIN;
     for (int k = 0; k < 16; k++) {
-        m0 = ml[k] + off < m0 ? ml[k] + off : m0;
-        m1 = xl[k] + off > m1 ? xl[k] + off : m1;
+        m0 = ml[k] < m0 ? ml[k] : m0;
+        m1 = xl[k] > m1 ? xl[k] : m1;
     }
-    int64_t cnt = 16 * nv;
-    *s += sx + (int64_t)off * cnt;
-    *q += qx + (is_u16 ? (uint64_t)65536 * (uint64_t)sx + ((uint64_t)cnt << 30) : 0);
-    *mn = m0 < *mn ? m0 : *mn;
-    *mx = m1 > *mx ? m1 : *mx;
-    return cnt;
+    fold_16bit(is_u16, 16 * nv, sx, qx, m0, m1, s, q, mn, mx);
+    return 16 * nv;
 }
 #endif
 
@@ -252,7 +261,6 @@ static int64_t pix_16bit_avx2(const uint8_t *base, int64_t ss, int64_t np, int64
     __m256i acc[10 * GMAX];
     int64_t ng = nb / 16;
     const __m256i flip = _mm256_set1_epi16(is_u16 ? (short)0x8000 : 0);
-    int32_t off = is_u16 ? 32768 : 0;
     for (int64_t px0 = 0; px0 < np; px0 += 256) {
         int64_t px1 = px0 + 256 < np ? px0 + 256 : np, cnt = px1 - px0;
         for (int64_t g0 = 0; g0 < ng; g0 += GMAX) {
@@ -302,11 +310,8 @@ static int64_t pix_16bit_avx2(const uint8_t *base, int64_t ss, int64_t np, int64
                 _mm256_storeu_si256((__m256i *)m0, a[0]);
                 _mm256_storeu_si256((__m256i *)m1, a[1]);
                 for (int k = 0; k < 16; k++) {
-                    int64_t j = 16 * (g0 + g) + k, sx = s32[k];
-                    sum[j] += sx + (int64_t)off * cnt;
-                    sq[j] += q64[k] + (is_u16 ? (uint64_t)65536 * (uint64_t)sx + ((uint64_t)cnt << 30) : 0);
-                    mn[j] = m0[k] + off < mn[j] ? m0[k] + off : mn[j];
-                    mx[j] = m1[k] + off > mx[j] ? m1[k] + off : mx[j];
+                    int64_t j = 16 * (g0 + g) + k;
+                    fold_16bit(is_u16, cnt, s32[k], q64[k], m0[k], m1[k], &sum[j], &sq[j], &mn[j], &mx[j]);
                 }
             }
         }
