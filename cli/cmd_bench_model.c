@@ -142,6 +142,7 @@ static int bench_model(int argc, char **argv)
     long long batch = 128, bands = 30, patch = 11, classes = 16, threads = 2, steps = 20,
               warmup = 3;
     hsi_conv_impl conv_impl = HSI_CONV_IMPL_AUTO;
+    hsi_conv_simd simd = HSI_CONV_SIMD_AUTO;
     int json = 0, ops = 0, bound = 0, rc = HSI_EXIT_FAIL;
     hsi_device dev = HSI_DEVICE_CPU;
     hsi_status st = HSI_OK;
@@ -179,6 +180,11 @@ static int bench_model(int argc, char **argv)
             else if (!strcmp(v, "direct")) conv_impl = HSI_CONV_IMPL_DIRECT;
             else if (!strcmp(v, "gemm")) conv_impl = HSI_CONV_IMPL_GEMM;
             else return hsi_cli_usage_error(cmd, "--conv: expected auto, direct or gemm, got '%s'", v);
+        } else if (hsi_cli_opt(argc, argv, &i, "--simd", &v)) {
+            if (!v) return hsi_cli_usage_error(cmd, "--simd needs auto or avx2");
+            if (!strcmp(v, "auto")) simd = HSI_CONV_SIMD_AUTO;
+            else if (!strcmp(v, "avx2")) simd = HSI_CONV_SIMD_AVX2;
+            else return hsi_cli_usage_error(cmd, "--simd: expected auto or avx2, got '%s'", v);
         } else if (argv[i][0] == '-') {
             return hsi_cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else if (!name) {
@@ -197,6 +203,7 @@ static int bench_model(int argc, char **argv)
     if (dev == HSI_DEVICE_CUDA && (ops || bound))
         return hsi_cli_usage_error(cmd, "--ops and --bound time the CPU engine (not with --device cuda)");
     hsi_conv_set_impl(conv_impl);
+    hsi_conv_set_simd(simd);
     hsi_manual_seed(1);
     HSI_TRY(hsi_model_create(&m, name, (int)bands, (int)patch, (int)classes, HSI_F32, 1));
     hsi_optim_config cfg;
@@ -288,16 +295,17 @@ static int bench_model(int argc, char **argv)
                "\"optimizer_ms\": %.3f, \"params\": %lld, \"arena_bytes\": %lld, "
                "\"steady_state_allocs\": %lld, \"last_loss\": %.6f, \"train_gflop_per_sample\": %.4f, "
                "\"sgemm_GFps\": %.1f, \"train_bound_samples_per_s\": %.1f, "
-               "\"infer_bound_samples_per_s\": %.1f}\n",
+               "\"infer_bound_samples_per_s\": %.1f, \"conv_simd\": \"%s\"}\n",
                name, batch, bands, patch, classes, threads, steps, train_sps, infer_sps,
                1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps,
                (long long)hsi_module_param_count(m), (long long)hsi_graph_arena_bytes(g),
                (long long)(m1.n_allocs - m0.n_allocs), loss_v, 3 * fwd_flops / 1e9, gf,
-               train_bound, infer_bound);
+               train_bound, infer_bound, hsi_conv_uses_avx512() ? "avx512" : "avx2");
     } else {
         printf("model %s: batch %lld, input %lldx%lldx%lld, %lld classes, %lld threads, %lld "
-               "parameters\n", name, batch, bands, patch, patch, classes, threads,
-               (long long)hsi_module_param_count(m));
+               "parameters, %s convolution tiles\n", name, batch, bands, patch, patch, classes,
+               threads, (long long)hsi_module_param_count(m),
+               hsi_conv_uses_avx512() ? "AVX-512" : "AVX2");
         printf("  train: %.1f samples/s (forward %.2f ms, backward %.2f ms, AdamW %.2f ms per "
                "step)\n", train_sps, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps,
                1e3 * t_opt / steps);
@@ -326,7 +334,8 @@ HSI_CLI_COMMAND(bench_model,
                  "usage: hsi bench model NAME [--batch 128] [--bands 30] [--patch 11]\n"
                  "                             [--classes 16] [--threads 2] [--steps 20]\n"
                  "                             [--warmup 3] [--json] [--ops] [--bound]\n"
-                 "                             [--conv auto|direct|gemm] [--device cpu|cuda]\n"
+                 "                             [--conv auto|direct|gemm] [--simd auto|avx2]\n"
+                 "                             [--device cpu|cuda]\n"
                  "\n"
                  "Times training steps (forward, cross-entropy, backward, AdamW) and\n"
                  "no-grad inference batches of model NAME (cnn2d, hybridsn, cnn1d) on random\n"
@@ -335,8 +344,9 @@ HSI_CLI_COMMAND(bench_model,
                  "stderr; --bound: also time sgemm (1024^3) on the same threads and print\n"
                  "the samples/s it would allow at 3x the forward FLOPs of the convolutions\n"
                  "and linear layers per training sample; --conv: the float convolution: auto = Winograd F(2x2,3x3) for\n"
-                 "3x3 convs with pad 0 or 1 and direct AVX2 kernels for the rest, direct = no\n"
-                 "Winograd, gemm = im2col + OpenBLAS). bench/bench_model.sh runs PyTorch\n"
+                 "3x3 convs with pad 0 or 1 and direct kernels for the rest, direct = no\n"
+                 "Winograd, gemm = im2col + OpenBLAS; --simd: their register tiles, auto =\n"
+                 "AVX-512 where the CPU has it, avx2 = the AVX2 ones). bench/bench_model.sh runs PyTorch\n"
                  "(bench/torch_cnn2d.py) beside it with the same threads and prints the ratio.\n"
                  "--device cuda: the same steps and batches on the GPU (models/model_cuda.h),\n"
                  "timed to the end of the stream (auto: the GPU when there is one).\n",

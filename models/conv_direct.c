@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "kernels/kern_internal.h"
+#include "models/conv_tiles.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define DC_X86 1
@@ -45,10 +46,15 @@
 #define DC_TILE_K 16 /* output channels per register tile (two ymm) */
 #define DC_BAND_ROWS 4 /* output rows the direct kernel's channel blocks share */
 #define DC_DW_CHUNK 16384 /* floats of dy (positions x kpad) per dw pass: 64 KiB, in L2 */
+#define DC_TILE_MAX 384   /* floats of the largest register tile (AVX-512: 12 x 32, 24 x 16) */
+#define DC_SLACK 16       /* floats past a direct plane: AVX-512's narrow tile reads one */
 
 static int dc_impl = HSI_CONV_IMPL_AUTO;
+static int dc_simd = HSI_CONV_SIMD_AUTO;
 
 void hsi_conv_set_impl(hsi_conv_impl impl) { dc_impl = impl; }
+void hsi_conv_set_simd(hsi_conv_simd simd) { dc_simd = simd; }
+int hsi_conv_uses_avx512(void) { return dc_simd == HSI_CONV_SIMD_AUTO && hsi_conv512_cpu_ok(); }
 
 typedef struct dc_geom {
     int64_t n, c, k, taps, kpad, cpad;
@@ -57,6 +63,7 @@ typedef struct dc_geom {
     int64_t bp[3], bplane;                 /* dy padded by ker-1-pad */
     int64_t in_sp, out_sp, nkf, nkb;       /* nkf = C*taps, nkb = K*taps */
     int wg, wgdx;                          /* Winograd F(2x2, 3x3) for forward and dw; dx */
+    int v512;                              /* AVX-512 tiles (conv_tiles.h), else AVX2 */
     int64_t wg_fgroup, wg_group;           /* samples per forward/dx and per dw pass */
     int64_t th, tw, nt, hq, wq;            /* its tiles (th x tw = nt) and plane (hq x wq) */
     int slots;
@@ -99,6 +106,7 @@ static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
     g->out_sp = g->out[0] * g->out[1] * g->out[2];
     g->kpad = dc_round16(g->k), g->cpad = dc_round16(g->c);
     g->nkf = g->c * g->taps, g->nkb = g->k * g->taps;
+    g->v512 = hsi_conv_uses_avx512();
     g->slots = hsi_threads();
     if (g->slots > DC_MAX_SLOTS) g->slots = DC_MAX_SLOTS;
     if (g->slots > g->n) g->slots = (int)g->n;
@@ -159,7 +167,7 @@ static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
     dc_geom_dx(&gd, g);
     int64_t hw = dc_max(g->hq * g->wq, gd.hq * gd.wq);
     int64_t tiles = dc_max(g->nt * dc_max(g->wg_group, g->wg_fgroup), gd.nt * gd.wg_fgroup);
-    w->plane_len = dc_round16(dc_max(dc_max(a, b), g->wg ? ch * hw : 0));
+    w->plane_len = dc_round16(dc_max(dc_max(a, b) + DC_SLACK, g->wg ? ch * hw : 0));
     w->dyt_len = dc_round16(g->out_sp * g->kpad);
     w->dwp_len = dc_round16(g->nkf * g->kpad);
     w->dbp_len = 2 * g->kpad;
@@ -422,15 +430,17 @@ static void dc_tile_store(float *y, int64_t ld, const float *tile, int tk, int R
  * (nk, 16)) applied to the padded plane `in` (plane dims p[3]) at stride 1;
  * (8 wide when n_out <= 8);
  * off: nk plane offsets; bias (n_out) or NULL; acc: 1 adds to out; relu: 1
- * stores max(0, value) (not with acc). */
+ * stores max(0, value) (not with acc); v512: the AVX-512 tiles, whose
+ * channel blocks are 32 wide where 17 or more channels remain (12
+ * positions), else 16 (24 positions), and 8 for the narrow case (24). */
 static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const float *in,
                           const int64_t *p, const int32_t *off, int64_t nk, const float *wpk,
-                          const float *bias, int acc, int relu)
+                          const float *bias, int acc, int relu, int v512)
 {
     int64_t out_sp = o[0] * o[1] * o[2];
-    float tile[DC_TILE_P * DC_TILE_K];
+    float tile[DC_TILE_MAX];
     /* n_out <= 8: the narrow tile (filters packed 8 wide, dc_pack_width) */
-    int narrow = n_out <= 8, tk = narrow ? 8 : DC_TILE_K, tp = narrow ? DC_TILE_P8 : DC_TILE_P;
+    int narrow = n_out <= 8;
     /* Output rows in bands of DC_BAND_ROWS, every channel block over a band
      * before the next: a band reads kD x (DC_BAND_ROWS + kH - 1) rows of each
      * input channel, which stay in L1/L2 while the channel blocks take their
@@ -439,7 +449,17 @@ static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const flo
     for (int64_t a = 0; a < o[0]; a++)
         for (int64_t b0 = 0; b0 < o[1]; b0 += DC_BAND_ROWS) {
             int64_t b1 = b0 + DC_BAND_ROWS < o[1] ? b0 + DC_BAND_ROWS : o[1];
+            int64_t tk;
             for (int64_t k0 = 0; k0 < n_out; k0 += tk) {
+                int tp;
+                if (narrow)
+                    tk = 8, tp = v512 ? HSI_C512_P1 : DC_TILE_P8;
+                else if (!v512)
+                    tk = DC_TILE_K, tp = DC_TILE_P;
+                else if (n_out - k0 > 16)
+                    tk = 32, tp = HSI_C512_P2;
+                else
+                    tk = 16, tp = HSI_C512_P1;
                 const float *wb = wpk + k0 * nk;
                 int64_t nkk = n_out - k0 < tk ? n_out - k0 : tk;
                 for (int64_t b = b0; b < b1; b++) {
@@ -447,16 +467,70 @@ static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const flo
                     int64_t o_row = (a * o[1] + b) * o[2];
                     for (int64_t e0 = 0; e0 < o[2]; e0 += tp) {
                         int R = (int)(o[2] - e0 < tp ? o[2] - e0 : tp);
-                        if (narrow)
+                        if (v512 && narrow)
+                            hsi_c512_tile8(R, tile, row + e0, off, nk, wb);
+                        else if (v512)
+                            hsi_c512_tile((int)(tk / 16), R, tile, tk, row + e0, 1, off, nk, wb,
+                                          16 * nk);
+                        else if (narrow)
                             dc_tile8_any(R, tile, row + e0, off, nk, wb);
                         else
                             dc_tile_any(R, tile, DC_TILE_K, row + e0, off, nk, wb);
-                        dc_tile_store(out + k0 * out_sp + o_row + e0, out_sp, tile, tk, R, nkk,
-                                      bias ? bias + k0 : NULL, acc, relu);
+                        dc_tile_store(out + k0 * out_sp + o_row + e0, out_sp, tile, (int)tk, R,
+                                      nkk, bias ? bias + k0 : NULL, acc, relu);
                     }
                 }
             }
         }
+}
+
+/* m (nrow rows, ldm floats apart, of ncol channels) = v (nrow rows, rs
+ * floats apart) x u (nk, ncol) packed in blocks of 16 channels (nk, 16)
+ * whose first is u, the rows of v read at off[0..nk): the products of the
+ * Winograd pass, on the register tiles of the CPU */
+static void dc_products(float *m, int64_t ldm, const float *v, int64_t rs, int64_t nrow,
+                        const int32_t *off, int64_t nk, const float *u, int64_t ncol, int v512)
+{
+    int64_t tk;
+    for (int64_t k0 = 0; k0 < ncol; k0 += tk) {
+        int tp;
+        if (!v512)
+            tk = DC_TILE_K, tp = DC_TILE_P;
+        else if (ncol - k0 > 16)
+            tk = 32, tp = HSI_C512_P2;
+        else
+            tk = 16, tp = HSI_C512_P1;
+        const float *uk = u + k0 * nk;
+        for (int64_t t0 = 0; t0 < nrow; t0 += tp) {
+            int R = (int)(nrow - t0 < tp ? nrow - t0 : tp);
+            if (v512)
+                hsi_c512_tile((int)(tk / 16), R, m + t0 * ldm + k0, ldm, v + t0 * rs, rs, off, nk,
+                              uk, 16 * nk);
+            else
+                dc_tile_rs_any(R, m + t0 * ldm + k0, ldm, v + t0 * rs, rs, off, nk, uk);
+        }
+    }
+}
+
+/* dwp (nrow rows, ld floats apart, of ncol channels) += sum over positions
+ * o < npos of in[off[r] + pos[o]] * dyt[o * ld + j]: the weight gradients,
+ * on the register tiles of the CPU */
+static void dc_dw_rows(float *dwp, int64_t ld, const float *in, const int32_t *off, int64_t nrow,
+                       const int32_t *pos, int64_t npos, const float *dyt, int64_t ncol, int v512)
+{
+    int tp = v512 ? HSI_C512_DW : DC_TILE_P;
+    for (int64_t q0 = 0; q0 < nrow; q0 += tp) {
+        int R = (int)(nrow - q0 < tp ? nrow - q0 : tp);
+        int64_t tk;
+        for (int64_t k0 = 0; k0 < ncol; k0 += tk) {
+            tk = v512 && ncol - k0 > 16 ? 32 : 16;
+            if (v512)
+                hsi_c512_dw_tile((int)(tk / 16), R, dwp + q0 * ld + k0, ld, in, off + q0, pos,
+                                 npos, dyt + k0);
+            else
+                dc_dw_tile_any(R, dwp + q0 * ld + k0, ld, in, off + q0, pos, npos, dyt + k0);
+        }
+    }
 }
 
 /* plane (n_ch, p[3]) interior at lead[3] = src (n_ch, s[3]) packed; the
@@ -658,14 +732,8 @@ static void wg_samples(float *out, int64_t n_out, const float *src, int64_t n_in
         wg_input(v + e * g->nt * cp, plane, cp, nt * cp, g);
     }
     for (int xi = 0; xi < 16; xi++)
-        for (int64_t k0 = 0; k0 < npad; k0 += DC_TILE_K) {
-            const float *uk = u + (xi * (npad / 16) + k0 / 16) * cp * 16;
-            for (int64_t t0 = 0; t0 < nt; t0 += DC_TILE_P) {
-                int R = (int)(nt - t0 < DC_TILE_P ? nt - t0 : DC_TILE_P);
-                dc_tile_rs_any(R, m + (xi * nt + t0) * npad + k0, npad,
-                               v + (xi * nt + t0) * cp, cp, off, cp, uk);
-            }
-        }
+        dc_products(m + xi * nt * npad, npad, v + xi * nt * cp, cp, nt, off, cp,
+                    u + xi * npad * cp, npad, g->v512);
     for (int64_t e = 0; e < ns; e++)
         wg_output(out + e * out_sp, n_out, m + e * g->nt * npad, nt * npad, o, g, bias, acc, relu);
 }
@@ -803,11 +871,11 @@ static hsi_status dc_forward_part(void *ctx, int t, int nt)
         }
         return HSI_OK;
     }
-    memset(plane, 0, (size_t)(g->c * g->fplane) * sizeof(float));
+    memset(plane, 0, (size_t)(g->c * g->fplane + DC_SLACK) * sizeof(float));
     for (int64_t s = s0; s < s1; s++) {
         dc_pad_copy(plane, j->x + s * g->c * g->in_sp, g->c, g->in, g->fp, g->pad);
         dc_conv_plane(j->y + s * g->k * g->out_sp, g->k, g->out, plane, g->fp, w->offf, g->nkf,
-                      w->wf, j->b, 0, j->relu);
+                      w->wf, j->b, 0, j->relu, g->v512);
     }
     return HSI_OK;
 }
@@ -850,12 +918,8 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
                 wg_dy(m + e * g->nt * kp, nt_ * kp, dyc, j->dy + (s + e) * g->k * g->out_sp, g);
             }
             for (int xi = 0; xi < 16; xi++)
-                for (int64_t c0 = 0; c0 < cp; c0 += DC_TILE_P) {
-                    int R = (int)(cp - c0 < DC_TILE_P ? cp - c0 : DC_TILE_P);
-                    for (int64_t k0 = 0; k0 < kp; k0 += DC_TILE_K)
-                        dc_dw_tile_any(R, z + (xi * cp + c0) * kp + k0, kp, v + xi * nt_ * cp,
-                                       w->offf + c0, w->pos, nts, m + xi * nt_ * kp + k0);
-                }
+                dc_dw_rows(z + xi * cp * kp, kp, v + xi * nt_ * cp, w->offf, cp, w->pos, nts,
+                           m + xi * nt_ * kp, kp, g->v512);
         }
     } else if (j->want_dw) {
         memset(dwp, 0, (size_t)w->dwp_len * sizeof(float));
@@ -873,12 +937,8 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
             int64_t chunk = DC_DW_CHUNK / g->kpad;
             for (int64_t o0 = 0; o0 < g->out_sp; o0 += chunk) {
                 int64_t no = g->out_sp - o0 < chunk ? g->out_sp - o0 : chunk;
-                for (int64_t q0 = 0; q0 < g->nkf; q0 += DC_TILE_P) {
-                    int R = (int)(g->nkf - q0 < DC_TILE_P ? g->nkf - q0 : DC_TILE_P);
-                    for (int64_t k0 = 0; k0 < g->kpad; k0 += DC_TILE_K)
-                        dc_dw_tile_any(R, dwp + q0 * g->kpad + k0, g->kpad, plane, w->offf + q0,
-                                       w->pos + o0, no, dyt + o0 * g->kpad + k0);
-                }
+                dc_dw_rows(dwp, g->kpad, plane, w->offf, g->nkf, w->pos + o0, no,
+                           dyt + o0 * g->kpad, g->kpad, g->v512);
             }
         }
     }
@@ -897,11 +957,11 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
     } else if (j->dx) {
         int64_t lead[3];
         for (int a = 0; a < 3; a++) lead[a] = g->ker[a] - 1 - g->pad[a];
-        memset(plane, 0, (size_t)(g->k * g->bplane) * sizeof(float));
+        memset(plane, 0, (size_t)(g->k * g->bplane + DC_SLACK) * sizeof(float));
         for (int64_t s = s0; s < s1; s++) {
             dc_pad_copy(plane, j->dy + s * g->k * g->out_sp, g->k, g->out, g->bp, lead);
             dc_conv_plane(j->dx + s * g->c * g->in_sp, g->c, g->in, plane, g->bp, w->offb,
-                          g->nkb, w->wb, NULL, j->dx_acc, 0);
+                          g->nkb, w->wb, NULL, j->dx_acc, 0, g->v512);
         }
     }
     return HSI_OK;

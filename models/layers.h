@@ -65,6 +65,17 @@ typedef enum {
     HSI_CONV_IMPL_DIRECT = 2  /* the direct kernels, no Winograd */
 } hsi_conv_impl;
 void hsi_conv_set_impl(hsi_conv_impl impl);
+/* The vector width of the direct and Winograd kernels: AUTO takes AVX-512
+ * register tiles (models/conv_tiles.h) on CPUs with AVX-512F and AVX2 ones
+ * otherwise; AVX2 keeps the AVX2 tiles (for tests and benchmarks that
+ * compare them). Results differ only by float rounding. */
+typedef enum {
+    HSI_CONV_SIMD_AUTO = 0,
+    HSI_CONV_SIMD_AVX2 = 1
+} hsi_conv_simd;
+void hsi_conv_set_simd(hsi_conv_simd simd);
+/* 1 when the float convolutions run the AVX-512 tiles now. */
+int hsi_conv_uses_avx512(void);
 
 /* ---------------------------------------------------------------- pooling */
 

@@ -422,19 +422,56 @@ static void test_conv_vs_definition_f64(void)
         run_conv_vs_ref(&conv_cases[i], 0);
 }
 
-/* float: every implementation (the AVX2 kernels take the stride-1 cases on
- * CPUs that have AVX2, with Winograd for 2-D 3x3 pad 1 in AUTO; im2col +
- * gemm takes every case) */
-static void test_conv_vs_definition_f32(void)
+/* Runs cases n_cases under every float implementation (the direct kernels
+ * take the stride-1 cases on CPUs that have AVX2, with Winograd for 2-D 3x3
+ * pad 0/1 in AUTO; im2col + gemm takes every case), the direct and
+ * Winograd ones with each register-tile width: AVX-512 where the CPU has
+ * it (the AUTO width), then AVX2. */
+static void run_conv_every_impl(const conv_case *cases, size_t n_cases)
 {
     static const hsi_conv_impl impls[3] = {HSI_CONV_IMPL_AUTO, HSI_CONV_IMPL_DIRECT,
                                            HSI_CONV_IMPL_GEMM};
-    for (int impl = 0; impl < 3; impl++) {
-        hsi_conv_set_impl(impls[impl]);
-        for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++)
-            run_conv_vs_ref(&conv_cases[i], 1);
-    }
+    static const hsi_conv_simd simds[2] = {HSI_CONV_SIMD_AUTO, HSI_CONV_SIMD_AVX2};
+    for (int sv = 0; sv < 2; sv++)
+        for (int impl = 0; impl < 3; impl++) {
+            if (sv == 1 && impls[impl] == HSI_CONV_IMPL_GEMM) continue; /* no tiles */
+            hsi_conv_set_simd(simds[sv]);
+            hsi_conv_set_impl(impls[impl]);
+            for (size_t i = 0; i < n_cases; i++) run_conv_vs_ref(&cases[i], 1);
+        }
     hsi_conv_set_impl(HSI_CONV_IMPL_AUTO);
+    hsi_conv_set_simd(HSI_CONV_SIMD_AUTO);
+}
+
+static void test_conv_vs_definition_f32(void)
+{
+    run_conv_every_impl(conv_cases, sizeof conv_cases / sizeof *conv_cases);
+}
+
+/* Shapes at the edges of the AVX-512 tiles (models/conv_tiles.h), each
+ * against the definition under every implementation and both tile widths:
+ * 32-channel blocks over 12-position tiles and 16-channel blocks over 24
+ * (K = 20: one 32 block; K = 40 and 36: a 32 and a 16 block; rows of 27,
+ * 29, 30 and 31 outputs: full tiles and remainders), the narrow pair tile
+ * with an odd remainder (it reads one input past the last position: W = 29
+ * and 31 outputs, dx of C = 2 and 3), weight-gradient rows not a multiple
+ * of 8 (81, 216, 2 x 18, 3) with kpad 32 and 48, and the Winograd products
+ * with 16- and 48-wide channel blocks and 3 samples' tiles. Without
+ * AVX-512 both passes run the AVX2 tiles. */
+static void test_conv_tile_edges(void)
+{
+    static const conv_case cases[] = {
+        {3, 2, 3, 20, {5, 9, 30}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1},
+        {3, 2, 12, 40, {4, 7, 27}, {2, 3, 3}, {1, 1, 1}, {0, 1, 1}, 1},
+        {3, 2, 2, 5, {3, 4, 31}, {1, 2, 3}, {1, 1, 1}, {0, 0, 0}, 1},
+        {3, 2, 3, 16, {4, 5, 29}, {2, 2, 1}, {1, 1, 1}, {0, 0, 0}, 0},
+        {2, 3, 7, 9, {11, 29}, {3, 3}, {1, 1}, {1, 1}, 1},
+        {2, 2, 40, 36, {10, 13}, {3, 3}, {1, 1}, {0, 0}, 1},
+        {3, 2, 1, 17, {2, 3, 20}, {1, 1, 3}, {1, 1, 1}, {0, 0, 0}, 1}, /* 3 dw rows, K 17 */
+    };
+    if (!hsi_conv_uses_avx512())
+        fprintf(stderr, "\n    (this CPU has no AVX-512: the AVX2 tiles only) ");
+    run_conv_every_impl(cases, sizeof cases / sizeof *cases);
 }
 
 /* The four convolutions of hybridsn (30 bands, 25x25 patches; 2 samples, so
@@ -457,14 +494,8 @@ static void test_conv_hybridsn_shapes(void)
         {2, 3, 9, 12, {14, 27}, {3, 3}, {1, 1}, {0, 0}, 1},             /* pad-0 2-D dx */
         {2, 2, 8, 3, {13, 9}, {5, 3}, {1, 1}, {2, 0}, 1},               /* narrow 2-D */
     };
-    static const hsi_conv_impl impls[3] = {HSI_CONV_IMPL_AUTO, HSI_CONV_IMPL_DIRECT,
-                                           HSI_CONV_IMPL_GEMM};
     char *saved = hsi_test_threads_set("2");
-    for (int impl = 0; impl < 3; impl++) {
-        hsi_conv_set_impl(impls[impl]);
-        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_conv_vs_ref(&cases[i], 1);
-    }
-    hsi_conv_set_impl(HSI_CONV_IMPL_AUTO);
+    run_conv_every_impl(cases, sizeof cases / sizeof *cases);
     hsi_test_threads_restore(saved);
 }
 
@@ -1096,6 +1127,7 @@ HSI_SUITE(layers_conv, 0, {"dims and errors", test_conv_dims},
           {"f32 vs direct definition", test_conv_vs_definition_f32},
           {"1 and 3 threads vs direct definition", test_conv_threads},
           {"hybridsn shapes, every implementation vs definition", test_conv_hybridsn_shapes},
+          {"AVX-512 tile edges, both tile widths vs definition", test_conv_tile_edges},
           {"finite differences", test_conv_gradcheck}, {"PyTorch fixtures", test_conv_pytorch})
 HSI_SUITE(layers_pool, 0, {"vs definition (f32, f64)", test_pool_vs_definition},
           {"finite differences", test_pool_gradcheck}, {"PyTorch fixtures", test_pool_pytorch},

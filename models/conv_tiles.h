@@ -1,0 +1,47 @@
+/* conv_tiles.h — the AVX-512 register tiles of conv_direct.c (internal).
+ * The same implicit-gemm tiles as its AVX2 ones, on 16-float registers:
+ * 32 registers hold 24 accumulators, so a tile covers twice the AVX2 tile's
+ * products per step. Called only when hsi_conv512_cpu_ok() says the CPU
+ * has AVX-512F. Packed filters are conv_direct.c's: blocks of 16 output
+ * channels (nk, 16), 8-wide blocks (nk, 8) for the narrow tile. */
+#ifndef HSI_CONV_TILES_H
+#define HSI_CONV_TILES_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HSI_C512_P2 12 /* positions of the 32-channel tile */
+#define HSI_C512_P1 24 /* positions of the 16-channel and the 8-channel tiles */
+#define HSI_C512_DW 8  /* rows of the weight-gradient tile */
+
+/* 1 when this CPU has AVX-512F (and the OS saves its registers). */
+int hsi_conv512_cpu_ok(void);
+
+/* acc (R rows, ld floats apart, of 16 * nb channels; nb 1 or 2) = sum over
+ * k < nk of in[off[k] + r * rs] * w_b[16 k + j], with w_b = w + b * wblk
+ * the packed block of channels 16 b .. 16 b + 15. R <= HSI_C512_P2 for
+ * nb = 2, <= HSI_C512_P1 for nb = 1. */
+void hsi_c512_tile(int nb, int R, float *acc, int64_t ld, const float *in, int64_t rs,
+                   const int32_t *off, int64_t nk, const float *w, int64_t wblk);
+
+/* The narrow tile (at most 8 output channels): two positions per register
+ * (lanes 2j + s = channel j of position r + s), so no lane holds a zero
+ * filter. acc (rows of 8) = sum over k < nk of in[off[k] + r] * w[8 k + j]
+ * for r < R <= HSI_C512_P1; acc has room for R rounded up to even rows,
+ * and in[off[k] + R] is read when R is odd (its products are dropped). */
+void hsi_c512_tile8(int R, float *acc, const float *in, const int32_t *off, int64_t nk,
+                    const float *w);
+
+/* dwp rows r < R <= HSI_C512_DW (ld floats apart, 16 * nb channels) +=
+ * sum over o < npos of in[off[r] + pos[o]] * dyt[o * ld + j]. */
+void hsi_c512_dw_tile(int nb, int R, float *dwp, int64_t ld, const float *in,
+                      const int32_t *off, const int32_t *pos, int64_t npos, const float *dyt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,241 @@
+/* conv_tiles512.c — the AVX-512 register tiles of conv_direct.c (see
+ * conv_tiles.h). Each tile is written once as an always-inline function of
+ * its row count R and instantiated for every R by a switch, so the
+ * accumulators of a given R are registers and the unused ones vanish.
+ * The accumulators are named variables, not arrays: GCC keeps an array of
+ * vectors in registers but also stores it to the stack every iteration. */
+#include "models/conv_tiles.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define C5_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define C5_INLINE static inline __attribute__((always_inline)) C5_TARGET
+
+int hsi_conv512_cpu_ok(void)
+{
+    static int ok = -1;
+    if (ok < 0) ok = __builtin_cpu_supports("avx512f");
+    return ok;
+}
+
+#define C5_DECL                                                                                \
+    __m512 z0 = _mm512_setzero_ps(), z1 = z0, z2 = z0, z3 = z0, z4 = z0, z5 = z0, z6 = z0,     \
+           z7 = z0, z8 = z0, z9 = z0, z10 = z0, z11 = z0, z12 = z0, z13 = z0, z14 = z0,         \
+           z15 = z0, z16 = z0, z17 = z0, z18 = z0, z19 = z0, z20 = z0, z21 = z0, z22 = z0,      \
+           z23 = z0
+#define C5_DECL16                                                                              \
+    __m512 z0 = _mm512_setzero_ps(), z1 = z0, z2 = z0, z3 = z0, z4 = z0, z5 = z0, z6 = z0,     \
+           z7 = z0, z8 = z0, z9 = z0, z10 = z0, z11 = z0, z12 = z0, z13 = z0, z14 = z0, z15 = z0
+/* rows of two registers (32 channels), of one (16 channels) */
+#define C5_ROWS2(X)                                                                            \
+    X(0, z0, z1) X(1, z2, z3) X(2, z4, z5) X(3, z6, z7) X(4, z8, z9) X(5, z10, z11)           \
+    X(6, z12, z13) X(7, z14, z15) X(8, z16, z17) X(9, z18, z19) X(10, z20, z21)               \
+    X(11, z22, z23)
+#define C5_ROWS1(X)                                                                            \
+    X(0, z0) X(1, z1) X(2, z2) X(3, z3) X(4, z4) X(5, z5) X(6, z6) X(7, z7) X(8, z8) X(9, z9) \
+    X(10, z10) X(11, z11) X(12, z12) X(13, z13) X(14, z14) X(15, z15) X(16, z16) X(17, z17)   \
+    X(18, z18) X(19, z19) X(20, z20) X(21, z21) X(22, z22) X(23, z23)
+
+/* R <= 12 positions x 32 channels (24 accumulators, 2 filter loads and R
+ * broadcasts per step) */
+C5_INLINE void c5_tile2(const int R, float *restrict acc, int64_t ld, const float *in,
+                        const int64_t rs, const int32_t *restrict off, int64_t nk,
+                        const float *restrict w0, const float *restrict w1)
+{
+    C5_DECL;
+    for (int64_t k = 0; k < nk; k++) {
+        __m512 u0 = _mm512_loadu_ps(w0 + 16 * k), u1 = _mm512_loadu_ps(w1 + 16 * k);
+        const float *p = in + off[k];
+#define C5_STEP(r, a, b)                                                                       \
+    if (R > r) {                                                                               \
+        __m512 v = _mm512_set1_ps(p[r * rs]);                                                  \
+        a = _mm512_fmadd_ps(v, u0, a);                                                         \
+        b = _mm512_fmadd_ps(v, u1, b);                                                         \
+    }
+        C5_ROWS2(C5_STEP)
+#undef C5_STEP
+    }
+#define C5_STORE(r, a, b)                                                                      \
+    if (R > r) {                                                                               \
+        _mm512_storeu_ps(acc + r * ld, a);                                                     \
+        _mm512_storeu_ps(acc + r * ld + 16, b);                                                \
+    }
+    C5_ROWS2(C5_STORE)
+#undef C5_STORE
+}
+
+/* R <= 24 positions x 16 channels */
+C5_INLINE void c5_tile1(const int R, float *restrict acc, int64_t ld, const float *in,
+                        const int64_t rs, const int32_t *restrict off, int64_t nk,
+                        const float *restrict w0)
+{
+    C5_DECL;
+    for (int64_t k = 0; k < nk; k++) {
+        __m512 u0 = _mm512_loadu_ps(w0 + 16 * k);
+        const float *p = in + off[k];
+#define C5_STEP(r, a)                                                                          \
+    if (R > r) a = _mm512_fmadd_ps(_mm512_set1_ps(p[r * rs]), u0, a);
+        C5_ROWS1(C5_STEP)
+#undef C5_STEP
+    }
+#define C5_STORE(r, a)                                                                         \
+    if (R > r) _mm512_storeu_ps(acc + r * ld, a);
+    C5_ROWS1(C5_STORE)
+#undef C5_STORE
+}
+
+/* Q <= 12 pairs of positions x 8 channels: the 8 filters duplicated into
+ * lanes (j, j), the two inputs of a pair broadcast as one 64-bit element
+ * (lanes alternate between them); stored as two rows of 8 */
+C5_INLINE void c5_tile8(const int Q, float *restrict acc, const float *in,
+                        const int32_t *restrict off, int64_t nk, const float *restrict w)
+{
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i split =
+        _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
+    C5_DECL;
+    for (int64_t k = 0; k < nk; k++) {
+        __m512 u = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(w + 8 * k)));
+        const float *p = in + off[k];
+#define C5_STEP(q, a)                                                                          \
+    if (Q > q) {                                                                               \
+        double pair;                                                                           \
+        memcpy(&pair, p + 2 * q, sizeof pair);                                                 \
+        a = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(pair)), u, a);                     \
+    }
+        C5_ROWS1(C5_STEP)
+#undef C5_STEP
+    }
+#define C5_STORE(q, a)                                                                         \
+    if (Q > q) _mm512_storeu_ps(acc + 16 * q, _mm512_permutexvar_ps(split, a));
+    C5_ROWS1(C5_STORE)
+#undef C5_STORE
+}
+
+/* dwp rows r < R <= 8 (+=) over npos positions, 16 * NB channels */
+C5_INLINE void c5_dw(const int NB, const int R, float *restrict dwp, int64_t ld,
+                     const float *in, const int32_t *restrict off, const int32_t *restrict pos,
+                     int64_t npos, const float *restrict dyt)
+{
+    C5_DECL16;
+    const float *b0 = in + off[0], *b1 = R > 1 ? in + off[1] : in, *b2 = R > 2 ? in + off[2] : in,
+                *b3 = R > 3 ? in + off[3] : in, *b4 = R > 4 ? in + off[4] : in,
+                *b5 = R > 5 ? in + off[5] : in, *b6 = R > 6 ? in + off[6] : in,
+                *b7 = R > 7 ? in + off[7] : in;
+#define C5_ROWSDW(X)                                                                           \
+    X(0, z0, z1) X(1, z2, z3) X(2, z4, z5) X(3, z6, z7) X(4, z8, z9) X(5, z10, z11)           \
+    X(6, z12, z13) X(7, z14, z15)
+#define C5_LOAD(r, x, y)                                                                       \
+    if (R > r) {                                                                               \
+        x = _mm512_loadu_ps(dwp + r * ld);                                                     \
+        if (NB > 1) y = _mm512_loadu_ps(dwp + r * ld + 16);                                    \
+    }
+    C5_ROWSDW(C5_LOAD)
+#undef C5_LOAD
+    for (int64_t o = 0; o < npos; o++, dyt += ld) {
+        __m512 d0 = _mm512_loadu_ps(dyt), d1 = NB > 1 ? _mm512_loadu_ps(dyt + 16) : d0;
+        int32_t p = pos[o];
+#define C5_STEP(r, x, y)                                                                       \
+    if (R > r) {                                                                               \
+        __m512 v = _mm512_set1_ps(b##r[p]);                                                    \
+        x = _mm512_fmadd_ps(v, d0, x);                                                         \
+        if (NB > 1) y = _mm512_fmadd_ps(v, d1, y);                                             \
+    }
+        C5_ROWSDW(C5_STEP)
+#undef C5_STEP
+    }
+#define C5_STORE(r, x, y)                                                                      \
+    if (R > r) {                                                                               \
+        _mm512_storeu_ps(dwp + r * ld, x);                                                     \
+        if (NB > 1) _mm512_storeu_ps(dwp + r * ld + 16, y);                                    \
+    }
+    C5_ROWSDW(C5_STORE)
+#undef C5_STORE
+#undef C5_ROWSDW
+}
+
+#define C5_CASES8(C) C(8) C(7) C(6) C(5) C(4) C(3) C(2)
+#define C5_CASES12(C) C(12) C(11) C(10) C(9) C5_CASES8(C)
+#define C5_CASES24(C)                                                                          \
+    C(24) C(23) C(22) C(21) C(20) C(19) C(18) C(17) C(16) C(15) C(14) C(13) C5_CASES12(C)
+
+C5_TARGET void hsi_c512_tile(int nb, int R, float *acc, int64_t ld, const float *in, int64_t rs,
+                             const int32_t *off, int64_t nk, const float *w, int64_t wblk)
+{
+#define C5_T2(n)                                                                               \
+    case n: c5_tile2(n, acc, ld, in, rs, off, nk, w, w + wblk); break;
+#define C5_T1(n)                                                                               \
+    case n: c5_tile1(n, acc, ld, in, rs, off, nk, w); break;
+    if (nb > 1)
+        switch (R) {
+            C5_CASES12(C5_T2)
+        default: c5_tile2(1, acc, ld, in, rs, off, nk, w, w + wblk);
+        }
+    else
+        switch (R) {
+            C5_CASES24(C5_T1)
+        default: c5_tile1(1, acc, ld, in, rs, off, nk, w);
+        }
+#undef C5_T2
+#undef C5_T1
+}
+
+C5_TARGET void hsi_c512_tile8(int R, float *acc, const float *in, const int32_t *off, int64_t nk,
+                              const float *w)
+{
+#define C5_T(n)                                                                                \
+    case n: c5_tile8(n, acc, in, off, nk, w); break;
+    switch ((R + 1) / 2) {
+        C5_CASES12(C5_T)
+    default: c5_tile8(1, acc, in, off, nk, w);
+    }
+#undef C5_T
+}
+
+C5_TARGET void hsi_c512_dw_tile(int nb, int R, float *dwp, int64_t ld, const float *in,
+                                const int32_t *off, const int32_t *pos, int64_t npos,
+                                const float *dyt)
+{
+#define C5_D2(n)                                                                               \
+    case n: c5_dw(2, n, dwp, ld, in, off, pos, npos, dyt); break;
+#define C5_D1(n)                                                                               \
+    case n: c5_dw(1, n, dwp, ld, in, off, pos, npos, dyt); break;
+    if (nb > 1)
+        switch (R) {
+            C5_CASES8(C5_D2)
+        default: c5_dw(2, 1, dwp, ld, in, off, pos, npos, dyt);
+        }
+    else
+        switch (R) {
+            C5_CASES8(C5_D1)
+        default: c5_dw(1, 1, dwp, ld, in, off, pos, npos, dyt);
+        }
+#undef C5_D2
+#undef C5_D1
+}
+
+#else /* not x86-64: never called (hsi_conv512_cpu_ok is 0) */
+
+int hsi_conv512_cpu_ok(void) { return 0; }
+
+void hsi_c512_tile(int nb, int R, float *acc, int64_t ld, const float *in, int64_t rs,
+                   const int32_t *off, int64_t nk, const float *w, int64_t wblk)
+{
+    (void)nb, (void)R, (void)acc, (void)ld, (void)in, (void)rs, (void)off, (void)nk, (void)w,
+        (void)wblk;
+}
+void hsi_c512_tile8(int R, float *acc, const float *in, const int32_t *off, int64_t nk,
+                    const float *w)
+{
+    (void)R, (void)acc, (void)in, (void)off, (void)nk, (void)w;
+}
+void hsi_c512_dw_tile(int nb, int R, float *dwp, int64_t ld, const float *in,
+                      const int32_t *off, const int32_t *pos, int64_t npos, const float *dyt)
+{
+    (void)nb, (void)R, (void)dwp, (void)ld, (void)in, (void)off, (void)pos, (void)npos,
+        (void)dyt;
+}
+#endif
