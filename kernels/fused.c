@@ -43,51 +43,6 @@ typedef struct fused_ctx {
     int64_t *lines_done;
 } fused_ctx;
 
-/* dst[c * ldd + r] = src[r * lds + c] for a rows x cols block: 8 x 8
- * register transposes where the CPU has AVX. */
-static void transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols)
-{
-    int64_t r0 = 0;
-#ifdef __AVX__
-    for (; r0 + 8 <= rows; r0 += 8) {
-        int64_t c0 = 0;
-        for (; c0 + 8 <= cols; c0 += 8) {
-            const float *a = src + r0 * lds + c0;
-            __m256 x0 = _mm256_loadu_ps(a), x1 = _mm256_loadu_ps(a + lds), x2 = _mm256_loadu_ps(a + 2 * lds),
-                   x3 = _mm256_loadu_ps(a + 3 * lds), x4 = _mm256_loadu_ps(a + 4 * lds),
-                   x5 = _mm256_loadu_ps(a + 5 * lds), x6 = _mm256_loadu_ps(a + 6 * lds),
-                   x7 = _mm256_loadu_ps(a + 7 * lds);
-            __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1),
-                   t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3),
-                   t4 = _mm256_unpacklo_ps(x4, x5), t5 = _mm256_unpackhi_ps(x4, x5),
-                   t6 = _mm256_unpacklo_ps(x6, x7), t7 = _mm256_unpackhi_ps(x6, x7);
-            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
-                   u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
-                   u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
-                   u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-            float *d = dst + c0 * ldd + r0;
-            _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
-        }
-        for (int64_t r = r0; r < r0 + 8; r++)
-            for (int64_t c = c0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
-    }
-#endif
-    /* the remaining rows, 16 x 16 tiles so the strided side stays in cache */
-    for (int64_t c0 = 0; c0 < cols; c0 += 16)
-        for (int64_t q0 = r0; q0 < rows; q0 += 16) {
-            int64_t c1 = c0 + 16 < cols ? c0 + 16 : cols, q1 = q0 + 16 < rows ? q0 + 16 : rows;
-            for (int64_t c = c0; c < c1; c++)
-                for (int64_t r = q0; r < q1; r++) dst[c * ldd + r] = src[r * lds + c];
-        }
-}
-
 /* n products to d: around the caches when the pass streams its output */
 static void fused_put(const fused_ctx *c, float *d, const float *src, int64_t n)
 {
@@ -201,9 +156,9 @@ static hsi_status fused_worker(void *vc, int t, int nt)
                     /* the other orientation: the loaded block transposed */
                     hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
                     if (out_pm) /* blk (nf, np) -> (np, no) */
-                        transpose_f32(bd, bld, blk, np, nf, np);
+                        hsi_kern_transpose_f32(bd, bld, blk, np, nf, np);
                     else /* blk (np, nf) -> rows of bld */
-                        transpose_f32(bd, bld, blk, nf, np, nf);
+                        hsi_kern_transpose_f32(bd, bld, blk, nf, np, nf);
                 }
                 if (stage) fused_store(c, dst, stg, yl, dL, s0, np);
             }

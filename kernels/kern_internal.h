@@ -97,6 +97,12 @@ hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const 
 void hsi_kern_stream_f32(float *dst, const float *src, int64_t n);
 void hsi_kern_stream_fence(void);
 
+/* dst[c * ldd + r] = src[r * lds + c] for a rows x cols block, by 8 x 8
+ * register transposes where the CPU has AVX (the fused pass's other
+ * orientation, the convolutions' channels-last planes). */
+void hsi_kern_transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                            int64_t cols);
+
 /* Checks that v is a host-visible (band, line, sample) real cube. */
 hsi_status hsi_kern_check_cube(const hsi_view *v, const char *what);
 

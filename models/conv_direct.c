@@ -1,8 +1,10 @@
 /* conv_direct.c — float convolution (2-D and 3-D, stride 1) with AVX2 + FMA
- * register tiles; no column matrix, no BLAS. 2-D 3x3 convolutions with pad
- * 0 or 1 use Winograd F(2x2, 3x3) for the forward pass, dw and dx
- * (section below, on the same register tiles); everything else
- * the direct kernels described here. Inference can fuse a ReLU into the forward pass's stores.
+ * register tiles, or the AVX-512 ones of conv_tiles512.c where the CPU has
+ * them; no column matrix, no BLAS. Convolutions 3x3 in H and W with pad 0
+ * or 1 (2-D, or 3-D with any depth kernel, slice by slice) use Winograd
+ * F(2x2, 3x3) for the forward pass, dw and dx (sections below, on the same
+ * register tiles); everything else the direct kernels described here.
+ * Inference can fuse a ReLU into the forward pass's stores.
  *
  * The work is an implicit gemm per sample. Forward: out (K, positions) =
  * w (K, C*taps) x the input read in place: the sample's input is copied
@@ -64,6 +66,7 @@ typedef struct dc_geom {
     int64_t in_sp, out_sp, nkf, nkb;       /* nkf = C*taps, nkb = K*taps */
     int wg, wgdx;                          /* Winograd F(2x2, 3x3) for forward and dw; dx */
     int v512;                              /* AVX-512 tiles (conv_tiles.h), else AVX2 */
+    int nd;                                /* 2 or 3 (3: Winograd slice by slice) */
     int64_t wg_fgroup, wg_group;           /* samples per forward/dx and per dw pass */
     int64_t th, tw, nt, hq, wq;            /* its tiles (th x tw = nt) and plane (hq x wq) */
     int slots;
@@ -75,20 +78,22 @@ typedef struct dc_ws {
     int32_t *offf, *offb;    /* plane offset of each (c, tap) / (k, tap); Winograd: 0, 1, ... */
     int32_t *pos;            /* plane offset of each output position (forward plane);
                                 Winograd dw: offset of each tile's row of V */
-    float *slot0;            /* per-thread: plane, dyT, dwp, dbp (kpad doubles), V, M, O, Z */
-    int64_t plane_len, dyt_len, dwp_len, dbp_len, v_len, m_len, o_len, z_len, slot_len;
+    float *slot0;            /* per-thread: plane, dyT, dwp, dbp (kpad doubles), V, M, O, Z,
+                                3-D Winograd offsets */
+    int64_t plane_len, dyt_len, dwp_len, dbp_len, v_len, m_len, o_len, z_len, off_len, slot_len;
 } dc_ws;
 
 static int64_t dc_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 static int64_t dc_round8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
 static void dc_geom_tiles(dc_geom *g);
+static void dc_geom_dx(dc_geom *gd, const dc_geom *g);
 
 static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
 {
     int o = d->nd == 3 ? 0 : -1;
     memset(g, 0, sizeof *g);
-    g->n = d->n, g->c = d->c, g->k = d->k;
+    g->n = d->n, g->c = d->c, g->k = d->k, g->nd = d->nd;
     for (int a = 0; a < 3; a++) {
         int i = o + a;
         int use = d->nd == 3 || a > 0;
@@ -110,12 +115,19 @@ static void dc_geom_fill(dc_geom *g, const hsi_conv_dims *d)
     g->slots = hsi_threads();
     if (g->slots > DC_MAX_SLOTS) g->slots = DC_MAX_SLOTS;
     if (g->slots > g->n) g->slots = (int)g->n;
-    /* Winograd: 2-D 3x3 with pad 0 or 1 (stride 1 is checked by the caller)
-     * for the forward pass, dw and dx (dx: the tiles of dc_geom_dx) */
-    g->wg = dc_impl == HSI_CONV_IMPL_AUTO && d->nd == 2 && g->ker[1] == 3 && g->ker[2] == 3 &&
+    /* Winograd: 3x3 in H and W with pad 0 or 1 (stride 1 is checked by the
+     * caller), any depth kernel in 3-D, for the forward pass, dw and dx (dx:
+     * the tiles of dc_geom_dx) */
+    g->wg = dc_impl == HSI_CONV_IMPL_AUTO && g->ker[1] == 3 && g->ker[2] == 3 &&
             g->pad[1] <= 1 && g->pad[2] <= 1 && g->c >= 4 && g->k >= 4;
     g->wgdx = g->wg;
     dc_geom_tiles(g);
+    if (g->wg && g->nd == 3) { /* the ring's int32 offsets (wg3_conv) */
+        dc_geom gd;
+        dc_geom_dx(&gd, g);
+        int64_t nt = g->nt > gd.nt ? g->nt : gd.nt, ch = dc_round8(g->c > g->k ? g->c : g->k);
+        if (g->ker[0] * 16 * nt * ch > INT32_MAX) g->wg = g->wgdx = 0, dc_geom_tiles(g);
+    }
 }
 
 /* Tiles (th x tw of 2x2 outputs) and plane (hq x wq) of the Winograd pass
@@ -126,8 +138,9 @@ static void dc_geom_tiles(dc_geom *g)
 {
     g->th = (g->out[1] + 1) / 2, g->tw = (g->out[2] + 1) / 2, g->nt = g->th * g->tw;
     g->hq = 2 * g->th + 2, g->wq = 2 * g->tw + 2;
-    g->wg_fgroup = g->wg ? (36 + g->nt - 1) / g->nt : 1;
-    g->wg_group = g->wg ? (72 + g->nt - 1) / g->nt : 1;
+    int grouped = g->wg && g->nd == 2; /* 3-D: one sample at a time, slice by slice */
+    g->wg_fgroup = grouped ? (36 + g->nt - 1) / g->nt : 1;
+    g->wg_group = grouped ? (72 + g->nt - 1) / g->nt : 1;
 }
 
 /* The geometry of the Winograd dx pass: a convolution of dy, padded by
@@ -146,10 +159,10 @@ static int64_t dc_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
 {
-    /* filters: direct (kpad, C*taps) or Winograd (16, kpad, C), the same for dx */
-    int64_t c8 = dc_round8(g->c), k8 = dc_round8(g->k);
-    int64_t nwf = dc_round16(dc_max(g->kpad * g->nkf, g->wg ? 16 * g->kpad * c8 : 0)),
-            nwb = dc_round16(dc_max(g->cpad * g->nkb, g->wg ? 16 * g->cpad * k8 : 0));
+    /* filters: direct (kpad, C*taps) or Winograd (16, kpad, kD*C), the same for dx */
+    int64_t c8 = dc_round8(g->c), k8 = dc_round8(g->k), kd = g->ker[0];
+    int64_t nwf = dc_round16(dc_max(g->kpad * g->nkf, g->wg ? 16 * g->kpad * kd * c8 : 0)),
+            nwb = dc_round16(dc_max(g->cpad * g->nkb, g->wg ? 16 * g->cpad * kd * k8 : 0));
     int64_t nof = dc_round16(dc_max(g->nkf, c8)), nob = dc_round16(dc_max(g->nkb, k8));
     int64_t npos = dc_round16(dc_max(g->out_sp, g->nt * g->wg_group));
     int64_t head = nwf + nwb + nof + nob + npos;
@@ -167,16 +180,19 @@ static int64_t dc_ws_layout(dc_ws *w, const dc_geom *g, void *base)
     dc_geom_dx(&gd, g);
     int64_t hw = dc_max(g->hq * g->wq, gd.hq * gd.wq);
     int64_t tiles = dc_max(g->nt * dc_max(g->wg_group, g->wg_fgroup), gd.nt * gd.wg_fgroup);
+    /* 3-D: V of kD source slices (the ring of wg3_conv), M of one output slice */
+    int64_t ring = g->nd == 3 ? kd * dc_max(g->nt, gd.nt) : 0;
     w->plane_len = dc_round16(dc_max(dc_max(a, b) + DC_SLACK, g->wg ? ch * hw : 0));
     w->dyt_len = dc_round16(g->out_sp * g->kpad);
     w->dwp_len = dc_round16(g->nkf * g->kpad);
     w->dbp_len = 2 * g->kpad;
-    w->v_len = g->wg ? dc_round16(16 * ch * tiles) : 0;
+    w->v_len = g->wg ? dc_round16(16 * ch * dc_max(tiles, ring)) : 0;
     w->m_len = g->wg ? dc_round16(16 * tiles * dc_max(g->kpad, g->cpad)) : 0;
     w->o_len = g->wg ? dc_round16(4 * dc_max(g->nt, gd.nt) * dc_max(g->kpad, g->cpad)) : 0; /* one sample */
-    w->z_len = g->wg ? dc_round16(16 * c8 * g->kpad) : 0;
+    w->z_len = g->wg ? dc_round16(16 * kd * c8 * g->kpad) : 0;
+    w->off_len = g->wg && g->nd == 3 ? dc_round16(kd * ch) : 0; /* int32: the ring's offsets */
     w->slot_len = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len + w->v_len + w->m_len +
-                  w->o_len + w->z_len;
+                  w->o_len + w->z_len + w->off_len;
     return head;
 }
 
@@ -486,10 +502,12 @@ static void dc_conv_plane(float *out, int64_t n_out, const int64_t *o, const flo
 
 /* m (nrow rows, ldm floats apart, of ncol channels) = v (nrow rows, rs
  * floats apart) x u (nk, ncol) packed in blocks of 16 channels (nk, 16)
- * whose first is u, the rows of v read at off[0..nk): the products of the
- * Winograd pass, on the register tiles of the CPU */
+ * whose first is u and the next ublk floats on, the rows of v read at
+ * off[0..nk): the products of the Winograd pass, on the register tiles of
+ * the CPU */
 static void dc_products(float *m, int64_t ldm, const float *v, int64_t rs, int64_t nrow,
-                        const int32_t *off, int64_t nk, const float *u, int64_t ncol, int v512)
+                        const int32_t *off, int64_t nk, const float *u, int64_t ublk,
+                        int64_t ncol, int v512)
 {
     int64_t tk;
     for (int64_t k0 = 0; k0 < ncol; k0 += tk) {
@@ -500,12 +518,12 @@ static void dc_products(float *m, int64_t ldm, const float *v, int64_t rs, int64
             tk = 32, tp = HSI_C512_P2;
         else
             tk = 16, tp = HSI_C512_P1;
-        const float *uk = u + k0 * nk;
+        const float *uk = u + k0 / 16 * ublk;
         for (int64_t t0 = 0; t0 < nrow; t0 += tp) {
             int R = (int)(nrow - t0 < tp ? nrow - t0 : tp);
             if (v512)
                 hsi_c512_tile((int)(tk / 16), R, m + t0 * ldm + k0, ldm, v + t0 * rs, rs, off, nk,
-                              uk, 16 * nk);
+                              uk, ublk);
             else
                 dc_tile_rs_any(R, m + t0 * ldm + k0, ldm, v + t0 * rs, rs, off, nk, uk);
         }
@@ -563,13 +581,14 @@ static void dc_pad_copy(float *plane, const float *src, int64_t n_ch, const int6
 typedef float dc_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 #define DC_V8(p) (*(dc_v8 *)(p))
 
-/* U (16, npad/16, cp, 16): U[xi][o0][i][j] = (G g G^T)[xi] for the filter g
- * from input channel i to output channel o0 + j; zero past n_out and n_in.
- * flip_transpose: the filters of dx, w (n_in, n_out, 3, 3) rotated 180 deg. */
+/* U (16, npad/16, kd * cp, 16): U[xi][o0][z * cp + i][j] = (G g G^T)[xi]
+ * for the 3x3 filter g at depth tap z (kd = 1 in 2-D) from input channel i
+ * to output channel o0 + j; zero past n_out and n_in. flip_transpose: the
+ * filters of dx, w (n_in, n_out, kd, 3, 3) rotated 180 deg in all axes. */
 typedef struct wg_pack_job {
     float *u;
     const float *w;
-    int64_t n_out, n_in;
+    int64_t n_out, n_in, kd;
     int flip_transpose;
 } wg_pack_job;
 
@@ -577,7 +596,8 @@ typedef struct wg_pack_job {
 static hsi_status wg_pack_part(void *ctx, int th, int nth)
 {
     const wg_pack_job *j = ctx;
-    int64_t n_out = j->n_out, n_in = j->n_in, npad = dc_round16(n_out), cp = dc_round8(n_in);
+    int64_t n_out = j->n_out, n_in = j->n_in, npad = dc_round16(n_out), cp = dc_round8(n_in),
+            kd = j->kd;
     int64_t b0, b1; /* 16-channel blocks: each block's slice of u is one thread's */
     hsi_split_range(npad / 16, th, nth, &b0, &b1);
     float *u = j->u;
@@ -585,7 +605,8 @@ static hsi_status wg_pack_part(void *ctx, int th, int nth)
     /* block by block, input channel by input channel, the 16 output channels
      * of the block innermost: each 64-byte row of u is written at once */
     for (int64_t b = b0; b < b1; b++)
-        for (int64_t i = 0; i < cp; i++) {
+        for (int64_t zi = 0; zi < kd * cp; zi++) {
+            int64_t z = zi / cp, i = zi % cp;
             float r16[16][16]; /* [xi][j] */
             for (int64_t jj = 0; jj < 16; jj++) {
                 int64_t o = 16 * b + jj;
@@ -595,9 +616,10 @@ static hsi_status wg_pack_part(void *ctx, int th, int nth)
                 }
                 float g[9], t[12];
                 if (j->flip_transpose)
-                    for (int e = 0; e < 9; e++) g[e] = w[(i * n_out + o) * 9 + 8 - e];
+                    for (int e = 0; e < 9; e++)
+                        g[e] = w[((i * n_out + o) * kd + kd - 1 - z) * 9 + 8 - e];
                 else
-                    for (int e = 0; e < 9; e++) g[e] = w[(o * n_in + i) * 9 + e];
+                    for (int e = 0; e < 9; e++) g[e] = w[((o * n_in + i) * kd + z) * 9 + e];
                 for (int c = 0; c < 3; c++) { /* t (4x3) = G g */
                     t[0 * 3 + c] = g[c];
                     t[1 * 3 + c] = 0.5f * (g[c] + g[3 + c] + g[6 + c]);
@@ -613,32 +635,29 @@ static hsi_status wg_pack_part(void *ctx, int th, int nth)
                 }
             }
             for (int xi = 0; xi < 16; xi++)
-                memcpy(u + ((xi * (npad / 16) + b) * cp + i) * 16, r16[xi], sizeof r16[xi]);
+                memcpy(u + ((xi * (npad / 16) + b) * kd * cp + zi) * 16, r16[xi], sizeof r16[xi]);
         }
     return HSI_OK;
 }
 
-static void wg_pack(float *u, const float *w, int64_t n_out, int64_t n_in, int flip_transpose,
-                    int nt)
+static void wg_pack(float *u, const float *w, int64_t n_out, int64_t n_in, int64_t kd,
+                    int flip_transpose, int nt)
 {
-    wg_pack_job j = {u, w, n_out, n_in, flip_transpose};
+    wg_pack_job j = {u, w, n_out, n_in, kd, flip_transpose};
     int64_t blocks = dc_round16(n_out) / 16;
     (void)hsi_parallel(nt < blocks ? nt : (int)blocks, wg_pack_part, &j);
 }
 
-/* plane (hq, wq, cp) interior at (lead_y, lead_x) = src (n_in, h, w)
- * transposed; the border and channels past n_in stay as they are (zeroed
- * once). */
+/* plane (hq, wq, cp) interior at (lead_y, lead_x) = src (n_in, h, w), its
+ * channels cs floats apart, transposed; the border and channels past n_in
+ * stay as they are (zeroed once). */
 static void wg_plane(float *plane, const float *src, int64_t n_in, int64_t h, int64_t w,
-                     int64_t lead_y, int64_t lead_x, const dc_geom *g)
+                     int64_t cs, int64_t lead_y, int64_t lead_x, const dc_geom *g)
 {
     int64_t cp = dc_round8(n_in);
-    for (int64_t c = 0; c < n_in; c++)
-        for (int64_t y = 0; y < h; y++) {
-            const float *r = src + (c * h + y) * w;
-            float *o = plane + ((y + lead_y) * g->wq + lead_x) * cp + c;
-            for (int64_t x = 0; x < w; x++) o[x * cp] = r[x];
-        }
+    for (int64_t y = 0; y < h; y++)
+        hsi_kern_transpose_f32(plane + ((y + lead_y) * g->wq + lead_x) * cp, cp, src + y * w, cs,
+                               n_in, w);
 }
 
 /* V (16, nt, cp) = B^T d B of every 4x4 window (tile ti, tj at 2ti, 2tj);
@@ -671,13 +690,14 @@ static DC_TARGET void wg_input(float *v, const float *plane, int64_t cp, int64_t
         }
 }
 
-/* out (n_out, oh, ow) (+)= A^T M A per tile, M (16, nt, npad) with xs floats
- * between its 16 planes; bias or NULL; relu: max(0, value) (not with acc).
+/* out (n_out, oh, ow; channels cs floats apart) (+)= A^T M A per tile, M
+ * (16, nt, npad) with xs floats between its 16 planes; bias or NULL; relu:
+ * max(0, value) (not with acc).
  * The 2x2 blocks go channels-last into
  * o (oh+1, ow+1, npad) with vector stores, then out gets them transposed,
  * one channel row at a time. */
-static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, int64_t xs, float *o,
-                                const dc_geom *g, const float *bias, int acc, int relu)
+static DC_TARGET void wg_output(float *out, int64_t n_out, int64_t cs, const float *m, int64_t xs,
+                                float *o, const dc_geom *g, const float *bias, int acc, int relu)
 {
     int64_t npad = dc_round16(n_out), oh = g->out[1], ow = g->out[2], ow2 = 2 * g->tw;
     for (int64_t ti = 0; ti < g->th; ti++)
@@ -697,21 +717,24 @@ static DC_TARGET void wg_output(float *out, int64_t n_out, const float *m, int64
                 DC_V8(ot + (ow2 + 1) * npad + k0) = r[5] - r[6] - r[7];
             }
         }
-    for (int64_t k = 0; k < n_out; k++) {
-        float b = bias ? bias[k] : 0.0f;
-        for (int64_t y = 0; y < oh; y++) {
-            float *dst = out + (k * oh + y) * ow;
-            const float *src = o + y * ow2 * npad + k;
-            if (acc)
+    if (acc) {
+        for (int64_t k = 0; k < n_out; k++)
+            for (int64_t y = 0; y < oh; y++) {
+                float *dst = out + k * cs + y * ow;
+                const float *src = o + y * ow2 * npad + k;
                 for (int64_t x = 0; x < ow; x++) dst[x] += src[x * npad];
-            else if (relu)
-                for (int64_t x = 0; x < ow; x++) {
-                    float v = src[x * npad] + b;
-                    dst[x] = v > 0 ? v : 0;
-                }
-            else
-                for (int64_t x = 0; x < ow; x++) dst[x] = src[x * npad] + b;
-        }
+            }
+        return;
+    }
+    for (int64_t y = 0; y < oh; y++) /* rows of o, transposed into out */
+        hsi_kern_transpose_f32(out + y * ow, cs, o + y * ow2 * npad, npad, ow, n_out);
+    if (!bias && !relu) return;
+    for (int64_t k = 0; k < n_out; k++) {
+        float b = bias ? bias[k] : 0.0f, *dst = out + k * cs;
+        if (relu)
+            for (int64_t i = 0; i < oh * ow; i++) dst[i] = dst[i] + b > 0 ? dst[i] + b : 0;
+        else
+            for (int64_t i = 0; i < oh * ow; i++) dst[i] += b;
     }
 }
 
@@ -728,14 +751,16 @@ static void wg_samples(float *out, int64_t n_out, const float *src, int64_t n_in
     int64_t npad = dc_round16(n_out), cp = dc_round8(n_in), nt = g->nt * ns;
     int64_t in_sp = n_in * src_hw[0] * src_hw[1], out_sp = n_out * g->out[1] * g->out[2];
     for (int64_t e = 0; e < ns; e++) {
-        wg_plane(plane, src + e * in_sp, n_in, src_hw[0], src_hw[1], lead[0], lead[1], g);
+        wg_plane(plane, src + e * in_sp, n_in, src_hw[0], src_hw[1], src_hw[0] * src_hw[1],
+                 lead[0], lead[1], g);
         wg_input(v + e * g->nt * cp, plane, cp, nt * cp, g);
     }
     for (int xi = 0; xi < 16; xi++)
         dc_products(m + xi * nt * npad, npad, v + xi * nt * cp, cp, nt, off, cp,
-                    u + xi * npad * cp, npad, g->v512);
+                    u + xi * npad * cp, 16 * cp, npad, g->v512);
     for (int64_t e = 0; e < ns; e++)
-        wg_output(out + e * out_sp, n_out, m + e * g->nt * npad, nt * npad, o, g, bias, acc, relu);
+        wg_output(out + e * out_sp, n_out, g->out[1] * g->out[2], m + e * g->nt * npad, nt * npad,
+                  o, g, bias, acc, relu);
 }
 
 static void wg_offsets(int32_t *off, int64_t n)
@@ -743,19 +768,17 @@ static void wg_offsets(int32_t *off, int64_t n)
     for (int64_t i = 0; i < n; i++) off[i] = (int32_t)i;
 }
 
-/* For dw: Dy (16, nt, kpad) = A dY A^T of every 2x2 block of dy (K, oh, ow)
+/* For dw: Dy (16, nt, kpad) = A dY A^T of every 2x2 block of dy (K, oh, ow;
+ * channels cs floats apart)
  * (A = [1 0; 1 1; 1 -1; 0 -1], the adjoint of the output transform); dyc
  * (2th, 2tw, kpad): dy channels-last, its padding zeroed by the caller; xs:
  * floats between the 16 planes of Dy. */
-static DC_TARGET void wg_dy(float *m, int64_t xs, float *dyc, const float *dy, const dc_geom *g)
+static DC_TARGET void wg_dy(float *m, int64_t xs, float *dyc, const float *dy, int64_t cs,
+                            const dc_geom *g)
 {
     int64_t kpad = g->kpad, oh = g->out[1], ow = g->out[2], ow2 = 2 * g->tw;
-    for (int64_t k = 0; k < g->k; k++)
-        for (int64_t y = 0; y < oh; y++) {
-            const float *r = dy + (k * oh + y) * ow;
-            float *o = dyc + y * ow2 * kpad + k;
-            for (int64_t x = 0; x < ow; x++) o[x * kpad] = r[x];
-        }
+    for (int64_t y = 0; y < oh; y++)
+        hsi_kern_transpose_f32(dyc + y * ow2 * kpad, kpad, dy + y * ow, cs, g->k, ow);
     for (int64_t ti = 0; ti < g->th; ti++)
         for (int64_t tj = 0; tj < g->tw; tj++) {
             const float *d = dyc + (2 * ti * ow2 + 2 * tj) * kpad;
@@ -782,8 +805,9 @@ typedef struct wg_fin_job {
     int n_parts; /* threads whose Z partials are summed */
 } wg_fin_job;
 
-/* output channels [k0, k1): dw (K, C, 3, 3) += G^T Z G, Z = the partials
- * (16, cp, kpad) of the threads added in thread order; 8 output channels at
+/* output channels [k0, k1): dw (K, C, kD, 3, 3) += G^T Z G, Z = the partials
+ * (16, kD * cp, kpad) of the threads added in thread order (kD = 1 in
+ * 2-D); 8 output channels at
  * a time in the lanes of a vector (Z is contiguous along k), the rest one
  * by one */
 static DC_TARGET hsi_status wg_fin_part(void *ctx, int t, int nt)
@@ -791,19 +815,21 @@ static DC_TARGET hsi_status wg_fin_part(void *ctx, int t, int nt)
     const wg_fin_job *j = ctx;
     const dc_ws *w = j->w;
     const dc_geom *g = j->g;
-    int64_t cp = dc_round8(g->c), kp = g->kpad, k0, k1;
+    int64_t cp = dc_round8(g->c), kp = g->kpad, kd = g->ker[0], k0, k1;
     int64_t zoff = w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len + w->v_len + w->m_len +
                    w->o_len;
     hsi_split_range(g->k, t, nt, &k0, &k1);
-    for (int64_t c = 0; c < g->c; c++)
+    for (int64_t zc = 0; zc < kd * g->c; zc++)
         for (int64_t k = k0; k < k1; k += 8) {
+            int64_t dz = zc / g->c, c = zc % g->c;
             int64_t nk = k1 - k < 8 ? k1 - k : 8;
             dc_v8 z[16], tt[3][4];
             float zs[8];
             for (int xi = 0; xi < 16; xi++) {
                 dc_v8 acc = {0};
                 for (int p = 0; p < j->n_parts; p++) {
-                    const float *zt = w->slot0 + p * w->slot_len + zoff + (xi * cp + c) * kp + k;
+                    const float *zt =
+                        w->slot0 + p * w->slot_len + zoff + (xi * kd * cp + dz * cp + c) * kp + k;
                     if (nk == 8) {
                         acc += DC_V8(zt);
                     } else { /* the last few channels of the range */
@@ -829,7 +855,7 @@ static DC_TARGET hsi_status wg_fin_part(void *ctx, int t, int nt)
                 memcpy(o9[i * 3 + 2], &e2, 32);
             }
             for (int64_t l = 0; l < nk; l++) {
-                float *o = j->dw + ((k + l) * g->c + c) * 9;
+                float *o = j->dw + (((k + l) * g->c + c) * kd + dz) * 9;
                 for (int e = 0; e < 9; e++) o[e] += o9[e][l];
             }
         }
@@ -841,6 +867,95 @@ static void wg_dw_finish(float *dw, const dc_ws *w, const dc_geom *g, int n_part
     wg_fin_job j = {dw, w, g, n_parts};
     int nt = g->slots < 1 ? 1 : g->slots;
     (void)hsi_parallel(nt > g->k ? (int)g->k : nt, wg_fin_part, &j);
+}
+
+/* ---------------------------------------------- Winograd in 3-D, by slices */
+
+/* A kD x 3 x 3 convolution is, for each output slice d, the sum over the
+ * depth taps z of the 2-D 3x3 convolution of source slice d + z - lead
+ * with the filters' slice z: in Winograd's terms, M[xi] (tiles, npad) =
+ * sum over z of V[xi] of that slice (tiles, cp) U[xi][z] (cp, npad), one
+ * product whose reduction runs over (z, channel). The V of each source
+ * slice is computed once, into a ring of kD slices (a slice is needed by
+ * kD output slices in a row), and the reduction's table of offsets points
+ * each (z, channel) into the ring. Taps that fall in the depth padding are
+ * left out of the reduction (their slices are zero). */
+
+/* the depth taps [z0, z1) of output slice d whose source slice d + z -
+ * lead lies in [0, sd); never empty, since lead <= kd - 1 and the output
+ * has sd + 2 lead - kd + 1 slices */
+static void wg3_taps(int64_t d, int64_t lead, int64_t sd, int64_t kd, int64_t *z0, int64_t *z1)
+{
+    *z0 = lead - d > 0 ? lead - d : 0;
+    *z1 = sd + lead - d < kd ? sd + lead - d : kd;
+}
+
+/* V of source slices up to `upto` (exclusive) into the ring, from *next
+ * on: src (n_in, sd, sh, sw), placed at lead[1..2] in the plane */
+static void wg3_fill(float *ring, int64_t *next, int64_t upto, const float *src, int64_t n_in,
+                     const int64_t *sdim, const int64_t *lead, float *plane, const dc_geom *g)
+{
+    int64_t cp = dc_round8(n_in), slab = 16 * g->nt * cp, kd = g->ker[0];
+    for (; *next < upto; ++*next) {
+        wg_plane(plane, src + *next * sdim[1] * sdim[2], n_in, sdim[1], sdim[2],
+                 sdim[0] * sdim[1] * sdim[2], lead[1], lead[2], g);
+        wg_input(ring + *next % kd * slab, plane, cp, g->nt * cp, g);
+    }
+}
+
+/* off[(z - z0) * cp + c] = the ring offset of channel c of source slice
+ * d + z - lead, for z in [z0, z1) */
+static void wg3_offsets(int32_t *off, int64_t d, int64_t lead, int64_t z0, int64_t z1,
+                        int64_t cp, int64_t slab, int64_t kd)
+{
+    for (int64_t z = z0; z < z1; z++)
+        for (int64_t c = 0; c < cp; c++)
+            off[(z - z0) * cp + c] = (int32_t)((d + z - lead) % kd * slab + c);
+}
+
+/* One sample: out (n_out, od, oh, ow) (+)= the kD x 3 x 3 convolution of
+ * src (n_in, sdim) placed at lead[3] in its zero-padded volume, with the
+ * transformed filters u (16, npad/16, kD * cp, 16); g: the tiles of out.
+ * plane (border zeroed by the caller), ring, m, o, off: the slot's scratch. */
+static void wg3_conv(float *out, int64_t n_out, const float *src, int64_t n_in,
+                     const int64_t *sdim, const int64_t *lead, const float *u, float *plane,
+                     float *ring, float *m, float *o, int32_t *off, const dc_geom *g,
+                     const float *bias, int acc, int relu)
+{
+    int64_t npad = dc_round16(n_out), cp = dc_round8(n_in), nt = g->nt, kd = g->ker[0];
+    int64_t slab = 16 * nt * cp, osl = g->out[1] * g->out[2], next = 0;
+    for (int64_t d = 0; d < g->out[0]; d++) {
+        int64_t z0, z1;
+        wg3_taps(d, lead[0], sdim[0], kd, &z0, &z1);
+        wg3_fill(ring, &next, d + z1 - lead[0], src, n_in, sdim, lead, plane, g);
+        wg3_offsets(off, d, lead[0], z0, z1, cp, slab, kd);
+        for (int xi = 0; xi < 16; xi++)
+            dc_products(m + xi * nt * npad, npad, ring + xi * nt * cp, cp, nt, off, (z1 - z0) * cp,
+                        u + (xi * npad * kd + z0 * 16) * cp, 16 * kd * cp, npad, g->v512);
+        wg_output(out + d * osl, n_out, g->out[0] * osl, m, nt * npad, o, g, bias, acc, relu);
+    }
+}
+
+/* One sample's weight gradient: Z (16, kD * cp, kpad) += the sums over
+ * output slices d and tiles of V[xi] of slice d + z - pad (tiles, cp)^T Dy[xi]
+ * of slice d (tiles, kpad). x (C, in), dy (K, out); dyt holds Dy, dyc
+ * the channels-last dy of a slice (its padding zeroed by the caller), pos
+ * the tile rows of V (t * cp). */
+static void wg3_dw(float *z, const float *x, const float *dy, float *plane, float *ring,
+                   float *dyt, float *dyc, int32_t *off, const int32_t *pos, const dc_geom *g)
+{
+    int64_t cp = dc_round8(g->c), kp = g->kpad, nt = g->nt, kd = g->ker[0];
+    int64_t slab = 16 * nt * cp, osl = g->out[1] * g->out[2], next = 0;
+    for (int64_t d = 0; d < g->out[0]; d++) {
+        int64_t z0, z1;
+        wg3_taps(d, g->pad[0], g->in[0], kd, &z0, &z1);
+        wg3_fill(ring, &next, d + z1 - g->pad[0], x, g->c, g->in, g->pad, plane, g);
+        wg3_offsets(off, d, g->pad[0], z0, z1, cp, slab, kd);
+        wg_dy(dyt, nt * kp, dyc, dy + d * osl, g->out_sp, g);
+        for (int xi = 0; xi < 16; xi++)
+            dc_dw_rows(z + (xi * kd + z0) * cp * kp, kp, ring + xi * nt * cp, off, (z1 - z0) * cp,
+                       pos, nt, dyt + xi * nt * kp, kp, g->v512);
+    }
 }
 
 /* ----------------------------------------------------------------- passes */
@@ -860,6 +975,16 @@ static hsi_status dc_forward_part(void *ctx, int t, int nt)
     const dc_ws *w = j->w;
     float *plane = w->slot0 + t * w->slot_len;
     int64_t s0 = g->n * t / nt, s1 = g->n * (t + 1) / nt;
+    if (g->wg && g->nd == 3) {
+        float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len,
+              *o = m + w->m_len;
+        int32_t *off = (int32_t *)(o + w->o_len + w->z_len);
+        memset(plane, 0, (size_t)(dc_round8(g->c) * g->hq * g->wq) * sizeof(float));
+        for (int64_t s = s0; s < s1; s++)
+            wg3_conv(j->y + s * g->k * g->out_sp, g->k, j->x + s * g->c * g->in_sp, g->c, g->in,
+                     g->pad, w->wf, plane, v, m, o, off, g, j->b, 0, j->relu);
+        return HSI_OK;
+    }
     if (g->wg) {
         float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len;
         memset(plane, 0, (size_t)(dc_round8(g->c) * g->hq * g->wq) * sizeof(float));
@@ -901,7 +1026,17 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
                 dbp[k] += (double)p;
             }
     }
-    if (j->want_dw && g->wg) {
+    if (j->want_dw && g->wg && g->nd == 3) {
+        float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len,
+              *dyc = m + w->m_len, *z = dyc + w->o_len;
+        int32_t *off = (int32_t *)(z + w->z_len);
+        memset(z, 0, (size_t)w->z_len * sizeof(float));
+        memset(dyc, 0, (size_t)w->o_len * sizeof(float));
+        memset(plane, 0, (size_t)(dc_round8(g->c) * g->hq * g->wq) * sizeof(float));
+        for (int64_t s = s0; s < s1; s++)
+            wg3_dw(z, j->x + s * g->c * g->in_sp, j->dy + s * g->k * g->out_sp, plane, v, m, dyc,
+                   off, w->pos, g);
+    } else if (j->want_dw && g->wg) {
         /* Z (16, cp, kpad) += V[xi]^T (cp, nt) Dy[xi] (nt, kpad), every sample */
         float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len,
               *dyc = m + w->m_len, *z = dyc + w->o_len;
@@ -913,9 +1048,10 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
             int64_t ns = s1 - s < gn ? s1 - s : gn, nts = g->nt * ns; /* tiles this pass */
             for (int64_t e = 0; e < ns; e++) { /* V and Dy of sample s + e at tile e * nt */
                 wg_plane(plane, j->x + (s + e) * g->c * g->in_sp, g->c, g->in[1], g->in[2],
-                         g->pad[1], g->pad[2], g);
+                         g->in_sp, g->pad[1], g->pad[2], g);
                 wg_input(v + e * g->nt * cp, plane, cp, nt_ * cp, g);
-                wg_dy(m + e * g->nt * kp, nt_ * kp, dyc, j->dy + (s + e) * g->k * g->out_sp, g);
+                wg_dy(m + e * g->nt * kp, nt_ * kp, dyc, j->dy + (s + e) * g->k * g->out_sp,
+                      g->out_sp, g);
             }
             for (int xi = 0; xi < 16; xi++)
                 dc_dw_rows(z + xi * cp * kp, kp, v + xi * nt_ * cp, w->offf, cp, w->pos, nts,
@@ -929,8 +1065,7 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
             const float *dys = j->dy + s * g->k * g->out_sp;
             dc_pad_copy(plane, j->x + s * g->c * g->in_sp, g->c, g->in, g->fp, g->pad);
             /* dyt (positions, kpad) = dy of sample s (K, positions) transposed */
-            for (int64_t k = 0; k < g->k; k++)
-                for (int64_t o = 0; o < g->out_sp; o++) dyt[o * g->kpad + k] = dys[k * g->out_sp + o];
+            hsi_kern_transpose_f32(dyt, g->kpad, dys, g->out_sp, g->k, g->out_sp);
             /* positions in chunks whose rows of dyt stay in L2 while every
              * (c, tap) row block passes over them (all of dyt, 800 KiB for
              * hybridsn's third conv, would come from L3 each time) */
@@ -942,7 +1077,19 @@ static hsi_status dc_backward_part(void *ctx, int t, int nt)
             }
         }
     }
-    if (j->dx && g->wgdx) { /* dy padded by 2 - pad, flipped filters: dx */
+    if (j->dx && g->wgdx && g->nd == 3) { /* dy padded by ker - 1 - pad, flipped filters */
+        float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len,
+              *o = m + w->m_len;
+        int32_t *off = (int32_t *)(o + w->o_len + w->z_len);
+        dc_geom gd;
+        dc_geom_dx(&gd, g);
+        int64_t lead[3];
+        for (int a = 0; a < 3; a++) lead[a] = g->ker[a] - 1 - g->pad[a];
+        memset(plane, 0, (size_t)(dc_round8(g->k) * gd.hq * gd.wq) * sizeof(float));
+        for (int64_t s = s0; s < s1; s++)
+            wg3_conv(j->dx + s * g->c * g->in_sp, g->c, j->dy + s * g->k * g->out_sp, g->k, g->out,
+                     lead, w->wb, plane, v, m, o, off, &gd, NULL, j->dx_acc, 0);
+    } else if (j->dx && g->wgdx) { /* dy padded by 2 - pad, flipped filters: dx */
         float *v = plane + w->plane_len + w->dyt_len + w->dwp_len + w->dbp_len, *m = v + w->v_len;
         dc_geom gd;
         dc_geom_dx(&gd, g);
@@ -1003,7 +1150,7 @@ void hsi_conv_direct_forward(float *y, const float *x, const float *w, const flo
     dc_geom_fill(&g, d);
     dc_ws_layout(&wl, &g, ws);
     if (g.wg) {
-        wg_pack(wl.wf, w, g.k, g.c, 0, dc_threads(&g));
+        wg_pack(wl.wf, w, g.k, g.c, g.ker[0], 0, dc_threads(&g));
         wg_offsets(wl.offf, dc_round8(g.c));
     } else {
         dc_pack_forward(wl.wf, w, &g);
@@ -1033,7 +1180,7 @@ void hsi_conv_direct_backward(float *dx, float *dw, float *db, const float *dy, 
                     wl.pos[o++] = (int32_t)((a * g.fp[1] + b) * g.fp[2] + e);
     }
     if (dx && g.wgdx) {
-        wg_pack(wl.wb, w, g.c, g.k, 1, dc_threads(&g));
+        wg_pack(wl.wb, w, g.c, g.k, g.ker[0], 1, dc_threads(&g));
         wg_offsets(wl.offb, dc_round8(g.k));
     } else if (dx) {
         dc_pack_backward(wl.wb, w, &g);

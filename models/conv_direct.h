@@ -1,7 +1,7 @@
-/* conv_direct.h — the AVX2 float convolution of layer_conv.c (internal): no
- * column matrix; register tiles read the zero-padded input plane of one
- * sample at a time straight from cache (Winograd F(2x2, 3x3) for 2-D 3x3
- * pad-1 convolutions). layer_conv.c and the engine call it for the float
+/* conv_direct.h — the AVX2 / AVX-512 float convolution of layer_conv.c
+ * (internal): no column matrix; register tiles read the zero-padded input
+ * plane of one sample at a time straight from cache (Winograd F(2x2, 3x3)
+ * for convolutions 3x3 in H and W with pad 0 or 1, 2-D and 3-D). layer_conv.c and the engine call it for the float
  * convolutions it takes (hsi_conv_direct_usable) and keep im2col + gemm for
  * everything else (double, strides, no AVX2). */
 #ifndef HSI_CONV_DIRECT_H

@@ -51,11 +51,11 @@ void hsi_conv_forward_f64(double *y, const double *x, const double *w, const dou
 void hsi_conv_backward_f64(double *dx, double *dw, double *db, const double *dy,
                            const double *x, const double *w, const hsi_conv_dims *d, void *ws);
 
-/* Which float convolution runs: AUTO takes the AVX2 kernels of
+/* Which float convolution runs: AUTO takes the kernels of
  * models/conv_direct.c where they apply — stride 1, pad <= kernel - 1, a
- * CPU with AVX2 and FMA — with Winograd F(2x2, 3x3) for 2-D 3x3
- * convolutions with pad 0 or 1 (forward and weight gradient; the input
- * gradient too with pad 1), and im2col + gemm
+ * CPU with AVX2 and FMA — with Winograd F(2x2, 3x3) for convolutions 3x3
+ * in H and W with pad 0 or 1, 2-D or 3-D with any depth kernel (forward,
+ * weight and input gradients), and im2col + gemm
  * otherwise; DIRECT the same without Winograd; GEMM always im2col + gemm
  * (for tests and benchmarks that compare them). Set it before sizing
  * workspaces; double always uses im2col + gemm. */

@@ -479,7 +479,8 @@ static void test_conv_tile_edges(void)
  * the narrow tile (<= 8 output channels, forward and dx), output rows in
  * bands of 4 (heights that are not multiples of 4), the weight gradient's
  * position chunks (positions x kpad > 16384 floats, the last chunk short)
- * and the 2-D pad-0 dx. Every implementation against the definition in
+ * the 2-D pad-0 dx, and the 3-D Winograd pass (slice by slice, depth taps
+ * in the padding left out). Every implementation against the definition in
  * double with the tolerances of run_conv_vs_ref (float inputs; y, dx 1e-4
  * abs + 1e-4 rel; dw, db 1e-3 abs + 1e-4 rel). */
 static void test_conv_hybridsn_shapes(void)
@@ -493,6 +494,11 @@ static void test_conv_hybridsn_shapes(void)
         {3, 2, 3, 5, {6, 30, 31}, {3, 2, 3}, {1, 1, 1}, {1, 0, 2}, 0},  /* dw chunks, pads */
         {2, 3, 9, 12, {14, 27}, {3, 3}, {1, 1}, {0, 0}, 1},             /* pad-0 2-D dx */
         {2, 2, 8, 3, {13, 9}, {5, 3}, {1, 1}, {2, 0}, 1},               /* narrow 2-D */
+        /* 3-D Winograd: depth and spatial pads, depth taps in the padding at
+         * both ends, a depth kernel of 1 and one deeper than the input */
+        {3, 2, 5, 6, {3, 8, 9}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1},
+        {3, 2, 4, 9, {2, 5, 7}, {5, 3, 3}, {1, 1, 1}, {3, 0, 1}, 1},
+        {3, 3, 6, 5, {4, 6, 7}, {1, 3, 3}, {1, 1, 1}, {0, 1, 0}, 0},
     };
     char *saved = hsi_test_threads_set("2");
     run_conv_every_impl(cases, sizeof cases / sizeof *cases);
