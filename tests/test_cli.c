@@ -254,7 +254,7 @@ static void test_stats_json_escapes(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
     fwrite(v, sizeof v, 1, fp);
     fclose(fp);
-    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " stats %s --json 2>/dev/null", hdr), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, "{ " HSI_BIN " stats %s --json 2>/dev/null; }", hdr), 0);
     cJSON *j = cJSON_Parse(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(j);
     cJSON *b0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stats"), 0);

@@ -446,7 +446,7 @@ static void test_mpi_batch_once(void)
                                        "cp data_samples/scene.img %s/c$i.img; done && "
                                        "cp data_samples/scene_gt.hdr data_samples/scene_gt %s/ && "
                                        "ls %s/*.hdr > %s", d, d, d, d, d, l), 0);
-    int rc = hsi_test_run(out, sizeof out, MPIRUN "%s info --json @%s 2>/dev/null", 120, 3, HSI_BIN, l);
+    int rc = hsi_test_run(out, sizeof out, "{ " MPIRUN "%s info --json @%s 2>/dev/null; }", 120, 3, HSI_BIN, l);
     CU_ASSERT_EQUAL(rc, 0);
     cJSON *j = cJSON_Parse(out);
     CU_ASSERT_FATAL(cJSON_IsArray(j));

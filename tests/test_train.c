@@ -194,7 +194,7 @@ static void test_train_no_silent_overwrite(void)
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(e, "on")->valuestring, "train");
     cJSON_Delete(e);
     /* --json: JSON alone on stdout, equal to the file */
-    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, HSI_BIN " eval %s " SCENE " --on train --json 2>/dev/null", dir), 0);
+    CU_ASSERT_EQUAL_FATAL(hsi_test_run(out, sizeof out, "{ " HSI_BIN " eval %s " SCENE " --on train --json 2>/dev/null; }", dir), 0);
     e = cJSON_Parse(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(e);
     HSI_ASSERT_NEAR(cJSON_GetObjectItem(e, "n")->valuedouble, n_train, 0);
