@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_train.sh — issue 6 training benchmark: `hsi bench model` for cnn2d and
 # hybridsn beside the same architecture in PyTorch (bench/torch_train.py: same
-# batch, input, AdamW, thread count), in the same run, hsi and PyTorch
+# batch, input, AdamW, thread count; the current PyTorch from PyPI and Debian's,
+# see bench/torch_env.sh), in the same run, hsi and PyTorch
 # alternating so both see the same machine load; then `hsi profile train` on
 # data_samples/ for the loader wait as a share of the step time. Part of
 # `make bench` (bench/run.sh). Figures, never pass/fail.
@@ -14,8 +15,7 @@ cd "$(dirname "$0")/.."
 T=${THREADS:-2}
 R=${REPEAT:-2}
 export OPENBLAS_NUM_THREADS=$T
-have_torch=0
-/usr/bin/python3 -c "import torch" 2>/dev/null && have_torch=1
+. bench/torch_env.sh
 mkdir -p bench/out
 results=()
 for spec in "cnn2d --batch 128 --bands 30 --patch 11 --steps 20" \
@@ -25,32 +25,33 @@ for spec in "cnn2d --batch 128 --bands 30 --patch 11 --steps 20" \
     for r in $(seq "$R"); do
         ours=$(./build/hsi bench model "$model" "$@" --classes 16 --threads "$T" --json) || exit 1
         echo "hsi   $ours"
-        results+=("hsi $ours")
-        if [ $have_torch = 1 ]; then
-            theirs=$(/usr/bin/python3 bench/torch_train.py "$model" "$@" --classes 16 --threads "$T") || exit 1
+        results+=("$ours")
+        for py in "${TORCH_PYS[@]}"; do
+            theirs=$("$py" bench/torch_train.py "$model" "$@" --classes 16 --threads "$T") || exit 1
             echo "torch $theirs"
-            results+=("torch $theirs")
-        fi
+            results+=("$theirs")
+        done
     done
 done
 printf '%s\n' "${results[@]}" | /usr/bin/python3 -c '
 import json, sys
-best = {}
+best, who_all = {}, []
 for line in sys.stdin:
-    who, js = line.split(" ", 1)
-    d = json.loads(js)
+    d = json.loads(line)
+    who = d.get("framework", "hsi")
+    if who not in who_all:
+        who_all.append(who)
     for k in ("train_samples_per_s", "infer_samples_per_s"):
         key = (d["model"], k, who)
         best[key] = max(best.get(key, 0), d[k])
 for model in ("cnn2d", "hybridsn"):
     for k in ("train_samples_per_s", "infer_samples_per_s"):
-        a, b = best.get((model, k, "hsi")), best.get((model, k, "torch"))
-        if b:
-            print("%-8s %-20s hsi %9.1f  torch %9.1f  ratio %.2fx" % (model, k, a, b, a / b))
-        else:
-            print("%-8s %-20s hsi %9.1f  torch n/a" % (model, k, a))
+        a = best[(model, k, "hsi")]
+        peers = ["%s %9.1f (hsi %.2fx)" % (w, best[(model, k, w)], a / best[(model, k, w)])
+                 for w in who_all if w != "hsi"]
+        print("%-8s %-20s hsi %9.1f  %s" % (model, k, a, "  ".join(peers) or "torch n/a"))
 '
-[ $have_torch = 1 ] || echo "torch: not installed (python3-torch); no ratio"
+[ ${#TORCH_PYS[@]} -gt 0 ] || echo "torch: not installed (python3-torch, or PyPI); no ratio"
 
 echo "== hsi profile train (cnn2d, data_samples/, --workers 1): loader wait share of the step time"
 OUTD=$(mktemp -d -t hsi-bench-train.XXXXXX)

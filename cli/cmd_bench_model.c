@@ -343,11 +343,14 @@ HSI_CLI_COMMAND(bench_model,
                  "infer_samples_per_s, per-phase ms; --ops: time per op and layer on\n"
                  "stderr; --bound: also time sgemm (1024^3) on the same threads and print\n"
                  "the samples/s it would allow at 3x the forward FLOPs of the convolutions\n"
-                 "and linear layers per training sample; --conv: the float convolution: auto = Winograd F(2x2,3x3) for\n"
-                 "3x3 convs with pad 0 or 1 and direct kernels for the rest, direct = no\n"
+                 "and linear layers per training sample, counted as direct convolutions\n"
+                 "(Winograd multiplies less, so it can pass this bound); --conv: the float\n"
+                 "convolution: auto = Winograd F(2x2,3x3) for kernels ending in 3x3 with\n"
+                 "pad 0 or 1 (2-D and 3-D) and direct kernels for the rest, direct = no\n"
                  "Winograd, gemm = im2col + OpenBLAS; --simd: their register tiles, auto =\n"
-                 "AVX-512 where the CPU has it, avx2 = the AVX2 ones). bench/bench_model.sh runs PyTorch\n"
-                 "(bench/torch_cnn2d.py) beside it with the same threads and prints the ratio.\n"
+                 "AVX-512 where the CPU has it, avx2 = the AVX2 ones). bench/bench_model.sh\n"
+                 "and bench/bench_train.sh run PyTorch beside it with the same threads and\n"
+                 "print the ratio.\n"
                  "--device cuda: the same steps and batches on the GPU (models/model_cuda.h),\n"
                  "timed to the end of the stream (auto: the GPU when there is one).\n",
                  bench_model})
