@@ -245,13 +245,71 @@ static void row_int(const uint8_t *p, int64_t n, hsi_dtype dt, int sw, int64_t *
     }
 
 #ifdef __AVX2__
+/* The accumulators (pix_16bit_avx2) of gn <= 64 groups of 16 bands from
+ * base, over pixels [px0, px1) ss bytes apart; is_u16 a constant where it
+ * is inlined, so each dtype gets its own loop. */
+static inline __attribute__((always_inline)) void pix_16bit_block(const uint8_t *base, int64_t ss,
+                                                                  int64_t px0, int64_t px1,
+                                                                  int64_t gn, int is_u16,
+                                                                  __m256i *acc)
+{
+    const __m256i flip = _mm256_set1_epi16(is_u16 ? (short)0x8000 : 0);
+    for (int64_t g = 0; g < gn; g++) {
+        __m256i *a = acc + 10 * g;
+        a[0] = _mm256_set1_epi16(0x7fff);
+        a[1] = _mm256_set1_epi16((short)0x8000);
+        for (int k = 2; k < 10; k++) a[k] = _mm256_setzero_si256();
+    }
+    for (int64_t px = px0; px < px1;) {
+        for (int64_t k1 = px + 3 < px1 ? px + 3 : px1; px < k1; px++) {
+            const uint8_t *p = base + px * ss;
+            for (int64_t g = 0; g < gn; g++) {
+                __m256i *a = acc + 10 * g;
+                __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 32 * g)), flip);
+                a[0] = _mm256_min_epi16(a[0], x);
+                a[1] = _mm256_max_epi16(a[1], x);
+                a[2] = _mm256_add_epi32(a[2], _mm256_cvtepi16_epi32(_mm256_castsi256_si128(x)));
+                a[3] = _mm256_add_epi32(a[3], _mm256_cvtepi16_epi32(_mm256_extracti128_si256(x, 1)));
+                __m256i lo = _mm256_mullo_epi16(x, x), hi = _mm256_mulhi_epi16(x, x);
+                /* 32-bit squares: bands 0-3 | 8-11 and 4-7 | 12-15 */
+                a[4] = _mm256_add_epi32(a[4], _mm256_unpacklo_epi16(lo, hi));
+                a[5] = _mm256_add_epi32(a[5], _mm256_unpackhi_epi16(lo, hi));
+            }
+        }
+        for (int64_t g = 0; g < gn; g++) {
+            __m256i *a = acc + 10 * g;
+            a[6] = _mm256_add_epi64(a[6], _mm256_cvtepu32_epi64(_mm256_castsi256_si128(a[4])));
+            a[7] = _mm256_add_epi64(a[7], _mm256_cvtepu32_epi64(_mm256_extracti128_si256(a[4], 1)));
+            a[8] = _mm256_add_epi64(a[8], _mm256_cvtepu32_epi64(_mm256_castsi256_si128(a[5])));
+            a[9] = _mm256_add_epi64(a[9], _mm256_cvtepu32_epi64(_mm256_extracti128_si256(a[5], 1)));
+            a[4] = a[5] = _mm256_setzero_si256();
+        }
+    }
+}
+
+static __attribute__((noinline)) void pix_u16_block(const uint8_t *base, int64_t ss, int64_t px0,
+                                                    int64_t px1, int64_t gn, __m256i *acc)
+{
+    pix_16bit_block(base, ss, px0, px1, gn, 1, acc);
+}
+
+static __attribute__((noinline)) void pix_i16_block(const uint8_t *base, int64_t ss, int64_t px0,
+                                                    int64_t px1, int64_t gn, __m256i *acc)
+{
+    pix_16bit_block(base, ss, px0, px1, gn, 0, acc);
+}
+
 /* 16-bit spectra in native order (bands contiguous, pixels ss bytes apart),
  * 16 bands a vector: x' as in row_16bit_avx2; per band group, sums of x'
  * into int32 lanes and squares (at most 2^30 each) as 32-bit products
  * added over 3 pixels, then into 64-bit lanes. The accumulators of up to
  * 64 groups (1024 bands) stay in L1 while the pixels of a 256-pixel block
- * are read in order (1.3x the band-group-outer order here). Exact
- * integers. Returns the bands done (a multiple of 16). */
+ * are read in order (1.3x the band-group-outer order here). The block's
+ * loop is a function of its own for each dtype (pix_u16_block,
+ * pix_i16_block; noinline): inlined here, under the loop over 64-group
+ * chunks, GCC 12 compiled it to half the speed (11-13 against 24-27 GB/s
+ * on a page-cached 512 MiB BIP cube, 2 threads). Exact integers. Returns the bands done (a multiple of
+ * 16). */
 static int64_t pix_16bit_avx2(const uint8_t *base, int64_t ss, int64_t np, int64_t nb, int is_u16,
                               int64_t *restrict sum, uint64_t *restrict sq, int32_t *restrict mn,
                               int32_t *restrict mx)
@@ -260,42 +318,11 @@ static int64_t pix_16bit_avx2(const uint8_t *base, int64_t ss, int64_t np, int64
     /* per group: min, max, sums (2), 32-bit squares (2), 64-bit squares (4) */
     __m256i acc[10 * GMAX];
     int64_t ng = nb / 16;
-    const __m256i flip = _mm256_set1_epi16(is_u16 ? (short)0x8000 : 0);
     for (int64_t px0 = 0; px0 < np; px0 += 256) {
         int64_t px1 = px0 + 256 < np ? px0 + 256 : np, cnt = px1 - px0;
         for (int64_t g0 = 0; g0 < ng; g0 += GMAX) {
             int64_t gn = ng - g0 < GMAX ? ng - g0 : GMAX;
-            for (int64_t g = 0; g < gn; g++) {
-                __m256i *a = acc + 10 * g;
-                a[0] = _mm256_set1_epi16(0x7fff);
-                a[1] = _mm256_set1_epi16((short)0x8000);
-                for (int k = 2; k < 10; k++) a[k] = _mm256_setzero_si256();
-            }
-            for (int64_t px = px0; px < px1;) {
-                for (int64_t k1 = px + 3 < px1 ? px + 3 : px1; px < k1; px++) {
-                    const uint8_t *p = base + px * ss + 32 * g0;
-                    for (int64_t g = 0; g < gn; g++) {
-                        __m256i *a = acc + 10 * g;
-                        __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 32 * g)), flip);
-                        a[0] = _mm256_min_epi16(a[0], x);
-                        a[1] = _mm256_max_epi16(a[1], x);
-                        a[2] = _mm256_add_epi32(a[2], _mm256_cvtepi16_epi32(_mm256_castsi256_si128(x)));
-                        a[3] = _mm256_add_epi32(a[3], _mm256_cvtepi16_epi32(_mm256_extracti128_si256(x, 1)));
-                        __m256i lo = _mm256_mullo_epi16(x, x), hi = _mm256_mulhi_epi16(x, x);
-                        /* 32-bit squares: bands 0-3 | 8-11 and 4-7 | 12-15 */
-                        a[4] = _mm256_add_epi32(a[4], _mm256_unpacklo_epi16(lo, hi));
-                        a[5] = _mm256_add_epi32(a[5], _mm256_unpackhi_epi16(lo, hi));
-                    }
-                }
-                for (int64_t g = 0; g < gn; g++) {
-                    __m256i *a = acc + 10 * g;
-                    a[6] = _mm256_add_epi64(a[6], _mm256_cvtepu32_epi64(_mm256_castsi256_si128(a[4])));
-                    a[7] = _mm256_add_epi64(a[7], _mm256_cvtepu32_epi64(_mm256_extracti128_si256(a[4], 1)));
-                    a[8] = _mm256_add_epi64(a[8], _mm256_cvtepu32_epi64(_mm256_castsi256_si128(a[5])));
-                    a[9] = _mm256_add_epi64(a[9], _mm256_cvtepu32_epi64(_mm256_extracti128_si256(a[5], 1)));
-                    a[4] = a[5] = _mm256_setzero_si256();
-                }
-            }
+            (is_u16 ? pix_u16_block : pix_i16_block)(base + 32 * g0, ss, px0, px1, gn, acc);
             for (int64_t g = 0; g < gn; g++) {
                 __m256i *a = acc + 10 * g;
                 int32_t s32[16];
