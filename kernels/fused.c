@@ -270,6 +270,14 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
     c.chunk = 65536 / (nf > 0 ? nf : 1);
     if (c.chunk < 256) c.chunk = 256;
+    if (!c.W && !c.pixel_major && hsi_kern_pixel_major_input(cube)) {
+        /* spectra to band-major without a projection: each block is loaded,
+         * then transposed into the staging rows; blocks of 64 KB (64
+         * pixels of 256 bands) ran 1.7x faster here than of 256 KB
+         * (512 MiB uint16 BIP: 3.4-3.8 -> 5.7-6.5 GB/s) */
+        c.chunk = 16384 / (nf > 0 ? nf : 1);
+        if (c.chunk < 16) c.chunk = 16;
+    }
     if (c.chunk > cube->shape[2]) c.chunk = cube->shape[2] > 0 ? cube->shape[2] : 1;
     c.out = out;
     /* an output array far bigger than the caches is written around them */
