@@ -1,9 +1,10 @@
 /* fused.c — select -> normalise -> project in one read of the raw cube.
  * Each worker owns a contiguous range of lines; per pixel block it loads
  * the selected bands through the per-band affine (+L2, - PCA mean) in the
- * input's natural orientation, multiplies by the components with one sgemm
- * (float32 throughout: centred values, sgemm) and stores float32 in the
- * requested layout. Not the reference: that is
+ * input's natural orientation, multiplies by the components (float32
+ * throughout: centred values, then the AVX-512 register tiles of
+ * tiles512.h where the CPU has them, else one sgemm) and stores float32 in
+ * the requested layout. Not the reference: that is
  * hsi_normalize_cpu followed by hsi_pca_transform_features. */
 #include "fused.h"
 
@@ -19,6 +20,11 @@
 
 #include "kern_internal.h"
 #include "kernels/cuda.h"
+#include "kernels/tiles512.h"
+
+static int fused_tiles = 1;
+
+void hsi_fused_set_tiles(int on) { fused_tiles = on != 0; }
 
 int64_t hsi_fused_n_out(const hsi_norm *norm, const hsi_pca *pca)
 {
@@ -29,7 +35,8 @@ typedef struct fused_ctx {
     const hsi_view *cube;
     hsi_kern_prep pp;
     const float *W;      /* (k, nf) row-major, whitening folded in; NULL = no PCA */
-    int64_t k, nf, n_out, chunk, tile;
+    const float *Wpk;    /* W for the AVX-512 tiles (proj_tiles), or NULL: sgemm */
+    int64_t k, nf, n_out, chunk, tile, kpad;
     int pixel_major;
     int stream;          /* products to out with non-temporal stores */
     float *out;
@@ -48,6 +55,24 @@ static void fused_put(const fused_ctx *c, float *d, const float *src, int64_t n)
 {
     if (c->stream) hsi_kern_stream_f32(d, src, n);
     else memcpy(d, src, sizeof(float) * (size_t)n);
+}
+
+/* y (np, kpad) = the projections of np pixels, pixel r's nf values at
+ * x[off[j] + r * rs], by the AVX-512 register tiles: Wpk holds W in blocks
+ * of 16 components (nf, 16), zero past k. */
+static void proj_tiles(float *y, int64_t kpad, const float *x, int64_t rs, const int32_t *off,
+                       int64_t nf, int64_t np, const float *wpk)
+{
+    int64_t tk;
+    for (int64_t k0 = 0; k0 < kpad; k0 += tk) {
+        tk = kpad - k0 >= 32 ? 32 : 16;
+        int tp = tk == 32 ? HSI_C512_P2 : HSI_C512_P1;
+        for (int64_t r0 = 0; r0 < np; r0 += tp) {
+            int R = (int)(np - r0 < tp ? np - r0 : tp);
+            hsi_c512_tile((int)(tk / 16), R, y + r0 * kpad + k0, kpad, x + r0 * rs, rs, off, nf,
+                          wpk + k0 * nf, 16 * nf);
+        }
+    }
 }
 
 /* Stores a block of products staged in stg (pixel-major (np, no), or
@@ -111,7 +136,9 @@ static hsi_status fused_worker(void *vc, int t, int nt)
     float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, rl > ch ? rl : ch, nf));
     float *stg = stage ? hsi_aligned_alloc(sizeof(float) * (size_t)(ch * no)) : NULL;
     float *tilebuf = c->sink ? hsi_aligned_alloc(sizeof(float) * (size_t)(c->tile * S * no)) : NULL;
-    if (!blk || !scr || (c->sink && !tilebuf) || (stage && !stg)) {
+    float *ytl = c->Wpk ? hsi_aligned_alloc(sizeof(float) * (size_t)(ch * c->kpad)) : NULL;
+    int32_t *off = c->Wpk ? malloc(sizeof(int32_t) * (size_t)nf) : NULL;
+    if (!blk || !scr || (c->sink && !tilebuf) || (stage && !stg) || (c->Wpk && (!ytl || !off))) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "fused pass: cannot allocate blocks for %lld pixels x %lld bands",
                       (long long)ch, (long long)nf);
         goto cleanup;
@@ -137,6 +164,15 @@ static hsi_status fused_worker(void *vc, int t, int nt)
                     /* no projection and the same orientation: the loader
                      * writes the products itself */
                     hsi_kern_load_f32(bd, bld, in_bm, cube, &c->pp, y, s0, np, scr);
+                } else if (c->Wpk) {
+                    hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
+                    for (int64_t j = 0; j < nf; j++) off[j] = (int32_t)(in_bm ? j * np : j);
+                    proj_tiles(ytl, c->kpad, blk, in_bm ? 1 : nf, off, nf, np, c->Wpk);
+                    if (out_pm)
+                        for (int64_t r = 0; r < np; r++)
+                            memcpy(bd + r * bld, ytl + r * c->kpad, sizeof(float) * (size_t)c->k);
+                    else
+                        hsi_kern_transpose_f32(bd, bld, ytl, c->kpad, np, c->k);
                 } else if (c->W) {
                     int k = (int)c->k;
                     hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
@@ -192,6 +228,8 @@ cleanup:
     hsi_aligned_free(scr);
     hsi_aligned_free(tilebuf);
     hsi_aligned_free(stg);
+    hsi_aligned_free(ytl);
+    free(off);
     return st;
 }
 
@@ -210,7 +248,7 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     hsi_fused_opts o0 = {0};
     const hsi_fused_opts *o = opts ? opts : &o0;
     fused_ctx c = {0};
-    float *W = NULL;
+    float *W = NULL, *Wpk = NULL;
     hsi_progress prog;
     int64_t done = 0;
     int blas_prev;
@@ -265,6 +303,19 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
             for (int64_t j = 0; j < nf; j++) W[r * nf + j] = (float)(pca->components[r * nf + j] * f);
         }
         c.W = W;
+        if (fused_tiles && hsi_c512_cpu_ok()) { /* the projection on the AVX-512 tiles */
+            c.kpad = (c.k + 15) / 16 * 16;
+            Wpk = hsi_aligned_alloc(sizeof(float) * (size_t)(c.kpad * nf));
+            if (!Wpk) {
+                st = HSI_FAIL(HSI_ERR_NOMEM, "fused pass: out of memory");
+                goto cleanup;
+            }
+            for (int64_t b0 = 0; b0 < c.kpad; b0 += 16)
+                for (int64_t j = 0; j < nf; j++)
+                    for (int64_t i = 0; i < 16; i++)
+                        Wpk[(b0 * nf) + j * 16 + i] = b0 + i < c.k ? W[(b0 + i) * nf + j] : 0.0f;
+            c.Wpk = Wpk;
+        }
     }
     c.pixel_major = o->pixel_major;
     c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
@@ -301,5 +352,6 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     pthread_cond_destroy(&c.turn);
 cleanup:
     free(W);
+    hsi_aligned_free(Wpk);
     return st;
 }

@@ -1,5 +1,5 @@
 /* conv_direct.c — float convolution (2-D and 3-D, stride 1) with AVX2 + FMA
- * register tiles, or the AVX-512 ones of conv_tiles512.c where the CPU has
+ * register tiles, or the AVX-512 ones of kernels/tiles512.c where the CPU has
  * them; no column matrix, no BLAS. Convolutions 3x3 in H and W with pad 0
  * or 1 (2-D, or 3-D with any depth kernel, slice by slice) use Winograd
  * F(2x2, 3x3) for the forward pass, dw and dx (sections below, on the same
@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "kernels/kern_internal.h"
-#include "models/conv_tiles.h"
+#include "kernels/tiles512.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define DC_X86 1
@@ -56,7 +56,7 @@ static int dc_simd = HSI_CONV_SIMD_AUTO;
 
 void hsi_conv_set_impl(hsi_conv_impl impl) { dc_impl = impl; }
 void hsi_conv_set_simd(hsi_conv_simd simd) { dc_simd = simd; }
-int hsi_conv_uses_avx512(void) { return dc_simd == HSI_CONV_SIMD_AUTO && hsi_conv512_cpu_ok(); }
+int hsi_conv_uses_avx512(void) { return dc_simd == HSI_CONV_SIMD_AUTO && hsi_c512_cpu_ok(); }
 
 typedef struct dc_geom {
     int64_t n, c, k, taps, kpad, cpad;
@@ -65,7 +65,7 @@ typedef struct dc_geom {
     int64_t bp[3], bplane;                 /* dy padded by ker-1-pad */
     int64_t in_sp, out_sp, nkf, nkb;       /* nkf = C*taps, nkb = K*taps */
     int wg, wgdx;                          /* Winograd F(2x2, 3x3) for forward and dw; dx */
-    int v512;                              /* AVX-512 tiles (conv_tiles.h), else AVX2 */
+    int v512;                              /* AVX-512 tiles (kernels/tiles512.h), else AVX2 */
     int nd;                                /* 2 or 3 (3: Winograd slice by slice) */
     int64_t wg_fgroup, wg_group;           /* samples per forward/dx and per dw pass */
     int64_t th, tw, nt, hq, wq;            /* its tiles (th x tw = nt) and plane (hq x wq) */

@@ -66,7 +66,7 @@ typedef enum {
 } hsi_conv_impl;
 void hsi_conv_set_impl(hsi_conv_impl impl);
 /* The vector width of the direct and Winograd kernels: AUTO takes AVX-512
- * register tiles (models/conv_tiles.h) on CPUs with AVX-512F and AVX2 ones
+ * register tiles (kernels/tiles512.h) on CPUs with AVX-512F and AVX2 ones
  * otherwise; AVX2 keeps the AVX2 tiles (for tests and benchmarks that
  * compare them). Results differ only by float rounding. */
 typedef enum {

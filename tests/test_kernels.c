@@ -626,11 +626,14 @@ static void test_fused_equals_unfused(void)
             double *want = malloc(sizeof(double) * (size_t)(K * N));
             for (int64_t i = 0; i < K * N; i++) want[i] = ((float *)sc.buf->data)[i];
             float *f = malloc(sizeof(float) * (size_t)(K * N));
-            for (int pm = 0; pm < 2; pm++) {
-                hsi_fused_opts fo = {.pixel_major = pm, .n_threads = 1 + pm, .tile_lines = 1 + 2 * pm};
+            for (int pm = 0; pm < 4; pm++) { /* pm & 2: the projection by sgemm, not the tiles */
+                hsi_fused_opts fo = {.pixel_major = pm & 1, .n_threads = 1 + (pm & 1),
+                                     .tile_lines = 1 + 2 * (pm & 1)};
+                hsi_fused_set_tiles(!(pm & 2));
                 HSI_CHECK_OK(hsi_fused_run(f, &v, NULL, &p, &fo));
-                check_f32_cube(f, pm ? 1 : N, pm ? K : 1, want, K, N, 1e-5, "fused vs unfused");
+                check_f32_cube(f, pm & 1 ? 1 : N, pm & 1 ? K : 1, want, K, N, 1e-5, "fused vs unfused");
             }
+            hsi_fused_set_tiles(1);
             /* streaming through a sink in small tiles gives the same cube */
             float *g = calloc((size_t)(K * N), sizeof(float));
             sink_ctx sc2 = {g, L_, 0, 0};
@@ -650,6 +653,63 @@ static void test_fused_equals_unfused(void)
             hsi_view_release(&v);
         }
     free(bands);
+}
+
+/* The projection on the AVX-512 tiles (where the CPU has them) and by
+ * sgemm, against the unfused reference (normalise, then transform): 1, 17
+ * and 40 components (one, two and three 16-wide blocks), 45 bands, rows of
+ * 1500 pixels (a 1456-pixel block and a short one; not a multiple of the
+ * tiles' 12 or 24), every interleave, both product orientations. */
+static void test_fused_projection_widths(void)
+{
+    int64_t B = 45, L = 3, S = 1500, N = L * S;
+    double *vals = malloc(sizeof(double) * (size_t)(B * N));
+    uint32_t r = 777;
+    for (int64_t i = 0; i < B * N; i++) {
+        r = r * 1664525u + 1013904223u;
+        vals[i] = (double)(2000 + (r >> 20) + (i / N) * 13);
+    }
+    const int64_t ks[3] = {1, 17, 40};
+    float *f = malloc(sizeof(float) * (size_t)(40 * N));
+    double *want = malloc(sizeof(double) * (size_t)(40 * N));
+    for (int il = 0; il < 3; il++) {
+        hsi_view v = make_cube(vals, B, L, S, HSI_U16, il, il == BIL);
+        hsi_stats s;
+        HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
+        hsi_norm nm;
+        HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_ZSCORE, B, NULL, B, &s, NULL, 0, 0));
+        for (int ki = 0; ki < 3; ki++) {
+            int64_t K = ks[ki];
+            hsi_pca p;
+            hsi_pca_opts po = {.n_components = K, .whiten = ki == 1};
+            HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &po));
+            hsi_view feat, sc;
+            int64_t fs[3] = {B, L, S}, ss[3] = {K, L, S};
+            HSI_CHECK_OK(hsi_view_alloc(&feat, HSI_F32, 3, fs, HSI_BUF_HOST));
+            HSI_CHECK_OK(hsi_view_alloc(&sc, HSI_F32, 3, ss, HSI_BUF_HOST));
+            HSI_CHECK_OK(hsi_normalize_cpu(&feat, &v, &nm));
+            HSI_CHECK_OK(hsi_pca_transform_features(&sc, &feat, &p));
+            for (int64_t i = 0; i < K * N; i++) want[i] = ((float *)sc.buf->data)[i];
+            for (int c = 0; c < 4; c++) {
+                int pm = c & 1;
+                hsi_fused_set_tiles(!(c & 2));
+                hsi_fused_opts fo = {.pixel_major = pm, .n_threads = 2};
+                HSI_CHECK_OK(hsi_fused_run(f, &v, NULL, &p, &fo));
+                check_f32_cube(f, pm ? 1 : N, pm ? K : 1, want, K, N, 1e-5,
+                               c & 2 ? "sgemm vs unfused" : "tiles vs unfused");
+            }
+            hsi_fused_set_tiles(1);
+            hsi_view_release(&feat);
+            hsi_view_release(&sc);
+            hsi_pca_free(&p);
+        }
+        hsi_norm_free(&nm);
+        hsi_stats_free(&s);
+        hsi_view_release(&v);
+    }
+    free(f);
+    free(want);
+    free(vals);
 }
 
 /* Outputs of 64 MiB and more are written with non-temporal stores (in
@@ -1218,7 +1278,9 @@ HSI_SUITE(kernels_pca, 0, {"pca: sklearn fit on 18 layouts + scores", test_pca_f
           {"pca: covariance of a 15k-pixel cube vs naive double", test_covariance_precision})
 HSI_SUITE(kernels_fused, 0, {"fused == unfused (modes, subsets, ignore, layouts, sink)", test_fused_equals_unfused},
           {"fused: outputs over 64 MiB (non-temporal stores) == the sink's tiles, bit for bit",
-           test_fused_streamed_output})
+           test_fused_streamed_output},
+          {"fused PCA: AVX-512 tiles and sgemm == unfused, 1/17/40 components, every layout",
+           test_fused_projection_widths})
 HSI_SUITE(kernels_bands, 0, {"bands: spec, wavelengths, bbl", test_bands_parse},
           {"bands: variance ranking + OPBS vs numpy", test_bands_rank_opbs})
 

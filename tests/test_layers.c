@@ -448,7 +448,7 @@ static void test_conv_vs_definition_f32(void)
     run_conv_every_impl(conv_cases, sizeof conv_cases / sizeof *conv_cases);
 }
 
-/* Shapes at the edges of the AVX-512 tiles (models/conv_tiles.h), each
+/* Shapes at the edges of the AVX-512 tiles (kernels/tiles512.h), each
  * against the definition under every implementation and both tile widths:
  * 32-channel blocks over 12-position tiles and 16-channel blocks over 24
  * (K = 20: one 32 block; K = 40 and 36: a 32 and a 16 block; rows of 27,

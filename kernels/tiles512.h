@@ -1,11 +1,14 @@
-/* conv_tiles.h — the AVX-512 register tiles of conv_direct.c (internal).
- * The same implicit-gemm tiles as its AVX2 ones, on 16-float registers:
- * 32 registers hold 24 accumulators, so a tile covers twice the AVX2 tile's
- * products per step. Called only when hsi_conv512_cpu_ok() says the CPU
- * has AVX-512F. Packed filters are conv_direct.c's: blocks of 16 output
- * channels (nk, 16), 8-wide blocks (nk, 8) for the narrow tile. */
-#ifndef HSI_CONV_TILES_H
-#define HSI_CONV_TILES_H
+/* tiles512.h — AVX-512 register tiles (internal): small implicit-gemm
+ * kernels, acc (rows x 16 or 32 channels) = sum over k of a broadcast input
+ * value times a 16-channel weight vector, with the rows' inputs at any
+ * offsets. They are the float convolutions' tiles in models/conv_direct.c
+ * (the same tiles as its AVX2 ones, on 16-float registers: 32 registers
+ * hold 24 accumulators, twice the AVX2 tile's products per step) and the
+ * fused pass's PCA projection (kernels/fused.c). Called only when
+ * hsi_c512_cpu_ok() says the CPU has AVX-512F. Packed weights: blocks of
+ * 16 output channels (nk, 16), 8-wide blocks (nk, 8) for the narrow tile. */
+#ifndef HSI_TILES512_H
+#define HSI_TILES512_H
 
 #include <stdint.h>
 
@@ -18,7 +21,7 @@ extern "C" {
 #define HSI_C512_DW 8  /* rows of the weight-gradient tile */
 
 /* 1 when this CPU has AVX-512F (and the OS saves its registers). */
-int hsi_conv512_cpu_ok(void);
+int hsi_c512_cpu_ok(void);
 
 /* acc (R rows, ld floats apart, of 16 * nb channels; nb 1 or 2) = sum over
  * k < nk of in[off[k] + r * rs] * w_b[16 k + j], with w_b = w + b * wblk

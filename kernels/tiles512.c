@@ -1,10 +1,10 @@
-/* conv_tiles512.c — the AVX-512 register tiles of conv_direct.c (see
- * conv_tiles.h). Each tile is written once as an always-inline function of
+/* tiles512.c — the AVX-512 register tiles of conv_direct.c and the fused
+ * pass (see tiles512.h). Each tile is written once as an always-inline function of
  * its row count R and instantiated for every R by a switch, so the
  * accumulators of a given R are registers and the unused ones vanish.
  * The accumulators are named variables, not arrays: GCC keeps an array of
  * vectors in registers but also stores it to the stack every iteration. */
-#include "models/conv_tiles.h"
+#include "kernels/tiles512.h"
 
 #include <string.h>
 
@@ -14,7 +14,7 @@
 #define C5_TARGET __attribute__((target("avx512f,avx2,fma")))
 #define C5_INLINE static inline __attribute__((always_inline)) C5_TARGET
 
-int hsi_conv512_cpu_ok(void)
+int hsi_c512_cpu_ok(void)
 {
     static int ok = -1;
     if (ok < 0) ok = __builtin_cpu_supports("avx512f");
@@ -217,9 +217,9 @@ C5_TARGET void hsi_c512_dw_tile(int nb, int R, float *dwp, int64_t ld, const flo
 #undef C5_D1
 }
 
-#else /* not x86-64: never called (hsi_conv512_cpu_ok is 0) */
+#else /* not x86-64: never called (hsi_c512_cpu_ok is 0) */
 
-int hsi_conv512_cpu_ok(void) { return 0; }
+int hsi_c512_cpu_ok(void) { return 0; }
 
 void hsi_c512_tile(int nb, int R, float *acc, int64_t ld, const float *in, int64_t rs,
                    const int32_t *off, int64_t nk, const float *w, int64_t wblk)
