@@ -22,10 +22,6 @@
 #include "kernels/cuda.h"
 #include "kernels/tiles512.h"
 
-static int fused_tiles = 1;
-
-void hsi_fused_set_tiles(int on) { fused_tiles = on != 0; }
-
 int64_t hsi_fused_n_out(const hsi_norm *norm, const hsi_pca *pca)
 {
     return pca ? pca->n_components : norm ? norm->n_bands : 0;
@@ -303,7 +299,7 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
             for (int64_t j = 0; j < nf; j++) W[r * nf + j] = (float)(pca->components[r * nf + j] * f);
         }
         c.W = W;
-        if (fused_tiles && hsi_c512_cpu_ok()) { /* the projection on the AVX-512 tiles */
+        if (hsi_kern_tiles()) { /* the projection on the AVX-512 tiles */
             c.kpad = (c.k + 15) / 16 * 16;
             Wpk = hsi_aligned_alloc(sizeof(float) * (size_t)(c.kpad * nf));
             if (!Wpk) {

@@ -49,13 +49,6 @@ int64_t hsi_fused_n_out(const hsi_norm *norm, const hsi_pca *pca);
 hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm, const hsi_pca *pca,
                          const hsi_fused_opts *opts);
 
-/* How the CPU pass projects: 1 (the default) on AVX-512 register tiles
- * where the CPU has AVX-512F (kernels/tiles512.h; 1.1-1.5x OpenBLAS's
- * AVX-512 sgemm on these thin products), 0 by sgemm always (for tests and
- * benchmarks that compare them). Results differ only by float rounding.
- * Set it before a pass, not during one. */
-void hsi_fused_set_tiles(int on);
-
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
  * and mask packing. Not a kernel itself; see kern_internal.h. */
 #define _GNU_SOURCE
 #include "kern_internal.h"
+#include "kernels/tiles512.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -324,3 +325,9 @@ void hsi_kern_transpose_f32(float *dst, int64_t ldd, const float *src, int64_t l
                 for (int64_t r = q0; r < q1; r++) dst[c * ldd + r] = src[r * lds + c];
         }
 }
+
+static int kern_tiles = 1;
+
+void hsi_kern_set_tiles(int on) { kern_tiles = on != 0; }
+
+int hsi_kern_tiles(void) { return kern_tiles && hsi_c512_cpu_ok(); }
