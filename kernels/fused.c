@@ -84,33 +84,47 @@ static void fused_store(const fused_ctx *c, float *dst, const float *stg, int64_
     for (int64_t o = 0; o < no; o++) fused_put(c, dst + (o * dL + yl) * S + s0, stg + o * np, np);
 }
 
+/* Band j of lines [y0, y1) to its plane: rows in runs of rl pixels. */
+static void fused_plane_rows(const fused_ctx *c, float *dst, int64_t j, int64_t y0, int64_t y1, int64_t dl0,
+                             int64_t dL, float *stg, int64_t rl, float *scr)
+{
+    int64_t S = c->cube->shape[2];
+    int64_t b = c->pp.bands ? c->pp.bands[j] : j;
+    hsi_kern_prep pj = c->pp;
+    pj.n_bands = 1;
+    pj.bands = &b;
+    if (pj.scale) pj.scale += j;
+    if (pj.center) pj.center += j;
+    if (pj.offset) pj.offset += j;
+    if (pj.sub) pj.sub += j;
+    if (pj.fill) pj.fill += j;
+    for (int64_t y = y0; y < y1; y++)
+        for (int64_t s0 = 0; s0 < S; s0 += rl) {
+            int64_t np = S - s0 < rl ? S - s0 : rl;
+            float *d = dst + (j * dL + y - dl0) * S + s0;
+            hsi_kern_load_f32(stg ? stg : d, np, 1, c->cube, &pj, y, s0, np, scr);
+            if (stg) fused_put(c, d, stg, np);
+        }
+}
+
 /* Band-major products without a projection from rows of samples (BSQ,
- * BIL): band by band over the tile's lines, so that each output plane is
- * written, and in BSQ each input plane read, as one stream (the
- * prefetchers follow a few streams, not one per band); rows in runs of rl
- * pixels. The same floats as block by block. */
+ * BIL), each row written once to its plane, in the input's order: BSQ
+ * band by band over the tile's lines, so that each input plane is read and
+ * each output plane written as one stream (the prefetchers follow a few
+ * streams, not one per band); BIL line by line, each line's bands read in
+ * order (1.6x band by band there: 9.2-9.6 -> 14.9-15.2 GB/s on 512 MiB of
+ * uint16, whose band rows lie a line apart). The same floats either way. */
 static void fused_planes(const fused_ctx *c, float *dst, int64_t tl0, int64_t tl1, int64_t dl0, int64_t dL,
                          float *stg, int64_t rl, float *scr)
 {
-    int64_t S = c->cube->shape[2];
-    for (int64_t j = 0; j < c->nf; j++) {
-        int64_t b = c->pp.bands ? c->pp.bands[j] : j;
-        hsi_kern_prep pj = c->pp;
-        pj.n_bands = 1;
-        pj.bands = &b;
-        if (pj.scale) pj.scale += j;
-        if (pj.center) pj.center += j;
-        if (pj.offset) pj.offset += j;
-        if (pj.sub) pj.sub += j;
-        if (pj.fill) pj.fill += j;
+    const hsi_view *cube = c->cube;
+    int64_t sb = cube->strides[0] < 0 ? -cube->strides[0] : cube->strides[0],
+            sl = cube->strides[1] < 0 ? -cube->strides[1] : cube->strides[1];
+    if (sb < sl) /* BIL-like */
         for (int64_t y = tl0; y < tl1; y++)
-            for (int64_t s0 = 0; s0 < S; s0 += rl) {
-                int64_t np = S - s0 < rl ? S - s0 : rl;
-                float *d = dst + (j * dL + y - dl0) * S + s0;
-                hsi_kern_load_f32(stg ? stg : d, np, 1, c->cube, &pj, y, s0, np, scr);
-                if (stg) fused_put(c, d, stg, np);
-            }
-    }
+            for (int64_t j = 0; j < c->nf; j++) fused_plane_rows(c, dst, j, y, y + 1, dl0, dL, stg, rl, scr);
+    else
+        for (int64_t j = 0; j < c->nf; j++) fused_plane_rows(c, dst, j, tl0, tl1, dl0, dL, stg, rl, scr);
 }
 
 static hsi_status fused_worker(void *vc, int t, int nt)
