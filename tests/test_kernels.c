@@ -598,6 +598,24 @@ static hsi_status collect(void *vc, const float *tile, int64_t line0, int64_t n_
     return HSI_OK;
 }
 
+/* want (K, L*S) = the unfused chain: v normalised by nm to a float cube
+ * of nf bands, then transformed by p (K components). */
+static void unfused_pca(double *want, const hsi_view *v, const hsi_norm *nm, const hsi_pca *p, int64_t nf,
+                        int64_t K)
+{
+    int64_t L = v->shape[1], S = v->shape[2];
+    hsi_view feat, sc;
+    int64_t fs[3] = {nf, L, S}, ss[3] = {K, L, S};
+    HSI_CHECK_OK(hsi_view_alloc(&feat, HSI_F32, 3, fs, HSI_BUF_HOST));
+    HSI_CHECK_OK(hsi_view_alloc(&sc, HSI_F32, 3, ss, HSI_BUF_HOST));
+    HSI_CHECK_OK(hsi_normalize_cpu(&feat, v, nm));
+    /* ignored elements were replaced by the band mean before scaling */
+    HSI_CHECK_OK(hsi_pca_transform_features(&sc, &feat, p));
+    for (int64_t i = 0; i < K * L * S; i++) want[i] = ((float *)sc.buf->data)[i];
+    hsi_view_release(&feat);
+    hsi_view_release(&sc);
+}
+
 static void test_fused_equals_unfused(void)
 {
     dims();
@@ -616,16 +634,8 @@ static void test_fused_equals_unfused(void)
             hsi_pca p;
             hsi_pca_opts po = {.n_components = K, .whiten = d == 2};
             HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &po));
-            /* unfused: normalise to a float cube, then transform it */
-            hsi_view feat, sc;
-            int64_t fs[3] = {nb, L_, S_}, ss[3] = {K, L_, S_};
-            HSI_CHECK_OK(hsi_view_alloc(&feat, HSI_F32, 3, fs, HSI_BUF_HOST));
-            HSI_CHECK_OK(hsi_view_alloc(&sc, HSI_F32, 3, ss, HSI_BUF_HOST));
-            HSI_CHECK_OK(hsi_normalize_cpu(&feat, &v, &nm));
-            /* ignored elements were replaced by the band mean before scaling */
-            HSI_CHECK_OK(hsi_pca_transform_features(&sc, &feat, &p));
             double *want = malloc(sizeof(double) * (size_t)(K * N));
-            for (int64_t i = 0; i < K * N; i++) want[i] = ((float *)sc.buf->data)[i];
+            unfused_pca(want, &v, &nm, &p, nb, K);
             float *f = malloc(sizeof(float) * (size_t)(K * N));
             for (int pm = 0; pm < 4; pm++) { /* pm & 2: the projection by sgemm, not the tiles */
                 hsi_fused_opts fo = {.pixel_major = pm & 1, .n_threads = 1 + (pm & 1),
@@ -646,8 +656,6 @@ static void test_fused_equals_unfused(void)
             free(g);
             free(f);
             free(want);
-            hsi_view_release(&feat);
-            hsi_view_release(&sc);
             hsi_pca_free(&p);
             hsi_norm_free(&nm);
             hsi_stats_free(&s);
@@ -684,13 +692,7 @@ static void test_fused_projection_widths(void)
             hsi_pca p;
             hsi_pca_opts po = {.n_components = K, .whiten = ki == 1};
             HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &po));
-            hsi_view feat, sc;
-            int64_t fs[3] = {B, L, S}, ss[3] = {K, L, S};
-            HSI_CHECK_OK(hsi_view_alloc(&feat, HSI_F32, 3, fs, HSI_BUF_HOST));
-            HSI_CHECK_OK(hsi_view_alloc(&sc, HSI_F32, 3, ss, HSI_BUF_HOST));
-            HSI_CHECK_OK(hsi_normalize_cpu(&feat, &v, &nm));
-            HSI_CHECK_OK(hsi_pca_transform_features(&sc, &feat, &p));
-            for (int64_t i = 0; i < K * N; i++) want[i] = ((float *)sc.buf->data)[i];
+            unfused_pca(want, &v, &nm, &p, B, K);
             for (int c = 0; c < 4; c++) {
                 int pm = c & 1;
                 hsi_kern_set_tiles(!(c & 2));
@@ -700,8 +702,6 @@ static void test_fused_projection_widths(void)
                                c & 2 ? "sgemm vs unfused" : "tiles vs unfused");
             }
             hsi_kern_set_tiles(1);
-            hsi_view_release(&feat);
-            hsi_view_release(&sc);
             hsi_pca_free(&p);
         }
         hsi_norm_free(&nm);
