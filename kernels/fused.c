@@ -71,20 +71,26 @@ static void proj_tiles(float *y, int64_t kpad, const float *x, int64_t rs, const
     }
 }
 
-/* Floats between the staged band-major rows: the block width and 16 more,
- * so that the rows written by the transposes do not alias the rows they
- * read modulo 4 KiB (with rows of 256 floats they did, and a 256-pixel
- * block of 256 bands went at 4.8 GB/s against 8.2 padded) */
+/* Padding of the rows the transposes read and write: the staged
+ * band-major rows are the block width and 16 floats more apart, the staged
+ * pixels (and the loaded rows they come from) the output bands and 16
+ * more, so that the rows written do not alias the rows read modulo 4 KiB
+ * (with rows of 256 floats they did: a 256-pixel block of 256 bands, BIP
+ * to band-major, went at 4.8 GB/s against 8.2 padded) */
 #define STAGE_PAD 16
 
-/* Stores a block of products staged in stg (pixel-major (np, no), or
- * band-major rows sld floats apart) at its place in the destination. */
+/* Stores a block of products staged in stg (pixel-major: np pixels sld
+ * floats apart, or band-major: rows sld floats apart) at its place in the
+ * destination. */
 static void fused_store(const fused_ctx *c, float *dst, const float *stg, int64_t yl, int64_t dL, int64_t s0,
                         int64_t np, int64_t sld)
 {
     int64_t S = c->cube->shape[2], no = c->n_out;
     if (c->pixel_major) {
-        fused_put(c, dst + (yl * S + s0) * no, stg, np * no);
+        if (sld == no)
+            fused_put(c, dst + (yl * S + s0) * no, stg, np * no);
+        else
+            for (int64_t q = 0; q < np; q++) fused_put(c, dst + (yl * S + s0 + q) * no, stg + q * sld, no);
         return;
     }
     for (int64_t o = 0; o < no; o++) fused_put(c, dst + (o * dL + yl) * S + s0, stg + o * sld, np);
@@ -148,9 +154,13 @@ static hsi_status fused_worker(void *vc, int t, int nt)
      * with them), up to the staging block */
     int64_t rl = !planes ? 0 : S < 2048 ? S : 2048;
     if (stage && rl > ch * no) rl = ch * no;
-    float *blk = hsi_aligned_alloc(sizeof(float) * (size_t)(ch * nf));
+    /* rows to pixel-major without a projection: the loaded rows and the
+     * staged pixels padded, as the band-major staging rows are */
+    int pm_pad = !c->W && in_bm && out_pm;
+    float *blk = hsi_aligned_alloc(sizeof(float) * (size_t)((ch + STAGE_PAD) * nf));
     float *scr = hsi_aligned_alloc(sizeof(float) * (size_t)hsi_kern_scratch_len(cube, rl > ch ? rl : ch, nf));
-    float *stg = stage ? hsi_aligned_alloc(sizeof(float) * (size_t)((ch + STAGE_PAD) * no)) : NULL;
+    /* staging: band-major rows of ch + pad, or pixels of no + pad */
+    float *stg = stage ? hsi_aligned_alloc(sizeof(float) * (size_t)((ch + STAGE_PAD) * (no + STAGE_PAD))) : NULL;
     float *tilebuf = c->sink ? hsi_aligned_alloc(sizeof(float) * (size_t)(c->tile * S * no)) : NULL;
     float *ytl = c->Wpk ? hsi_aligned_alloc(sizeof(float) * (size_t)(ch * c->kpad)) : NULL;
     int32_t *off = c->Wpk ? malloc(sizeof(int32_t) * (size_t)nf) : NULL;
@@ -172,10 +182,10 @@ static hsi_status fused_worker(void *vc, int t, int nt)
             for (int64_t s0 = 0; s0 < S; s0 += ch) {
                 int64_t np = S - s0 < ch ? S - s0 : ch;
                 int64_t ld = in_bm ? np : nf, yl = y - dl0;
-                /* where this block's products go: pixel-major (np, no) rows
-                 * of no, or band-major rows bld apart */
+                /* where this block's products go: pixel-major (np, no),
+                 * pixels bld apart, or band-major rows bld apart */
                 float *bd = stage ? stg : out_pm ? dst + (yl * S + s0) * no : dst + yl * S + s0;
-                int64_t bld = out_pm ? no : stage ? ch + STAGE_PAD : dL * S;
+                int64_t bld = out_pm ? (stage && pm_pad ? no + STAGE_PAD : no) : stage ? ch + STAGE_PAD : dL * S;
                 if (!c->W && in_bm == !out_pm) {
                     /* no projection and the same orientation: the loader
                      * writes the products itself */
@@ -206,9 +216,10 @@ static hsi_status fused_worker(void *vc, int t, int nt)
                                     (int)nf, blk, (int)nf, 0.0f, bd, (int)bld);
                 } else {
                     /* the other orientation: the loaded block transposed */
-                    hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
+                    int64_t lt = pm_pad ? np + STAGE_PAD : ld;
+                    hsi_kern_load_f32(blk, lt, in_bm, cube, &c->pp, y, s0, np, scr);
                     if (out_pm) /* blk (nf, np) -> (np, no) */
-                        hsi_kern_transpose_f32(bd, bld, blk, np, nf, np);
+                        hsi_kern_transpose_f32(bd, bld, blk, lt, nf, np);
                     else /* blk (np, nf) -> rows of bld */
                         hsi_kern_transpose_f32(bd, bld, blk, nf, np, nf);
                 }
@@ -337,12 +348,13 @@ hsi_status hsi_fused_run(float *out, const hsi_view *cube, const hsi_norm *norm_
     c.tile = o->tile_lines > 0 ? o->tile_lines : 64;
     c.chunk = 65536 / (nf > 0 ? nf : 1);
     if (c.chunk < 256) c.chunk = 256;
-    if (!c.W && !c.pixel_major && hsi_kern_pixel_major_input(cube)) {
-        /* spectra to band-major without a projection: each block is loaded,
-         * then transposed into the padded staging rows; blocks of 1 MiB
-         * (1024 pixels of 256 bands) went fastest: 512 MiB uint16 BIP,
-         * 9.1-10.1 GB/s against 7.3-8.2 for 64 pixels and 4.8 for 256
-         * unpadded */
+    if (!c.W && hsi_kern_pixel_major_input(cube) != (c.pixel_major != 0)) {
+        /* the other orientation without a projection: each block is
+         * loaded, then transposed into padded rows; blocks of 1 MiB (1024
+         * pixels of 256 bands) went fastest: 512 MiB uint16, BIP to
+         * band-major 9.1-10.1 GB/s against 7.3-8.2 for 64 pixels and 4.8
+         * for 256 unpadded; BIL to pixel-major 9.5-9.7 against 7.3-7.6
+         * for 256 pixels padded and 4.1-4.6 unpadded */
         c.chunk = 262144 / (nf > 0 ? nf : 1);
         if (c.chunk < 256) c.chunk = 256;
     }
