@@ -31,7 +31,7 @@ typedef struct fused_ctx {
     const hsi_view *cube;
     hsi_kern_prep pp;
     const float *W;      /* (k, nf) row-major, whitening folded in; NULL = no PCA */
-    const float *Wpk;    /* W for the AVX-512 tiles (proj_tiles), or NULL: sgemm */
+    const float *Wpk;    /* W for the AVX-512 tiles (hsi_c512_rows), or NULL: sgemm */
     int64_t k, nf, n_out, chunk, tile, kpad;
     int pixel_major;
     int stream;          /* products to out with non-temporal stores */
@@ -51,24 +51,6 @@ static void fused_put(const fused_ctx *c, float *d, const float *src, int64_t n)
 {
     if (c->stream) hsi_kern_stream_f32(d, src, n);
     else memcpy(d, src, sizeof(float) * (size_t)n);
-}
-
-/* y (np, kpad) = the projections of np pixels, pixel r's nf values at
- * x[off[j] + r * rs], by the AVX-512 register tiles: Wpk holds W in blocks
- * of 16 components (nf, 16), zero past k. */
-static void proj_tiles(float *y, int64_t kpad, const float *x, int64_t rs, const int32_t *off,
-                       int64_t nf, int64_t np, const float *wpk)
-{
-    int64_t tk;
-    for (int64_t k0 = 0; k0 < kpad; k0 += tk) {
-        tk = kpad - k0 >= 32 ? 32 : 16;
-        int tp = tk == 32 ? HSI_C512_P2 : HSI_C512_P1;
-        for (int64_t r0 = 0; r0 < np; r0 += tp) {
-            int R = (int)(np - r0 < tp ? np - r0 : tp);
-            hsi_c512_tile((int)(tk / 16), R, y + r0 * kpad + k0, kpad, x + r0 * rs, rs, off, nf,
-                          wpk + k0 * nf, 16 * nf);
-        }
-    }
 }
 
 /* Padding of the rows the transposes read and write: the staged
@@ -193,7 +175,9 @@ static hsi_status fused_worker(void *vc, int t, int nt)
                 } else if (c->Wpk) {
                     hsi_kern_load_f32(blk, ld, in_bm, cube, &c->pp, y, s0, np, scr);
                     for (int64_t j = 0; j < nf; j++) off[j] = (int32_t)(in_bm ? j * np : j);
-                    proj_tiles(ytl, c->kpad, blk, in_bm ? 1 : nf, off, nf, np, c->Wpk);
+                    /* ytl (np, kpad) = the pixels' projections; Wpk: W in
+                     * blocks of 16 components (nf, 16), zero past k */
+                    hsi_c512_rows(ytl, c->kpad, blk, in_bm ? 1 : nf, off, nf, c->Wpk, 16 * nf, np, c->kpad);
                     if (out_pm)
                         for (int64_t r = 0; r < np; r++)
                             memcpy(bd + r * bld, ytl + r * c->kpad, sizeof(float) * (size_t)c->k);

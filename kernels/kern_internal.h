@@ -103,7 +103,6 @@ void hsi_kern_stream_fence(void);
 void hsi_kern_transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
                             int64_t cols);
 
-/* Checks that v is a host-visible (band, line, sample) real cube. */
 /* Whether the fused pass's projection and the PCA covariance run on the
  * AVX-512 register tiles (tiles512.h): the CPU has AVX-512F and
  * hsi_kern_set_tiles(0) has not asked for BLAS (sgemm, ssyrk) instead, as
@@ -112,6 +111,7 @@ void hsi_kern_transpose_f32(float *dst, int64_t ldd, const float *src, int64_t l
 int hsi_kern_tiles(void);
 void hsi_kern_set_tiles(int on);
 
+/* Checks that v is a host-visible (band, line, sample) real cube. */
 hsi_status hsi_kern_check_cube(const hsi_view *v, const char *what);
 
 #ifdef __cplusplus

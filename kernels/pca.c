@@ -1,5 +1,6 @@
-/* pca.c — PCA on the CPU: covariance by ssyrk over float blocks of pixels
- * shifted by a first spectrum, each block's product added into double sums
+/* pca.c — PCA on the CPU: covariance over float blocks of pixels shifted
+ * by a first spectrum (AVX-512 register tiles, or ssyrk), each block's
+ * product added into double sums
  * (per thread, BLAS single-threaded inside our workers), eigenpairs by
  * LAPACKE_dsyevr, component choice, sign rule, model file, reference
  * transforms. The fast cube transform is in fused.c. */
@@ -35,7 +36,8 @@ void hsi_pca_free(hsi_pca *p)
  * threads, from the covariance pass or from the statistics pass's hook. */
 typedef struct cov_scratch {
     float *blk, *scr, *Cf, *ones, *colsum;
-    float *pk;            /* tiles: blk in blocks of 16 features (fill, 16), zero past nf */
+    float *pk;            /* tiles: blk in blocks of 16 features (fill, 16); the lanes past nf,
+                             zeroed once, only ever reach Cf's columns past nf, never read */
     int32_t *off;         /* tiles: the pixels' offsets in blk */
     int64_t fill;         /* pixels in blk */
 } cov_scratch;
@@ -67,6 +69,13 @@ typedef struct cov_ctx {
  * nothing measurable at 64. */
 #define COV_TILE_PIX 64
 
+/* S (double) += the upper triangle of Cf (rows ldc floats apart) */
+static void cov_add_upper(cov_sums *u, const float *Cf, int64_t nf, int64_t ldc)
+{
+    for (int64_t i = 0; i < nf; i++)
+        for (int64_t j = i; j < nf; j++) u->S[i * nf + j] += Cf[i * ldc + j];
+}
+
 /* S (double, upper triangle) += X X^T for the block's features X (nf,
  * fill), on the AVX-512 register tiles: X packed in blocks of 16 features
  * (pk), then per COV_TILE_PIX pixels tiles of up to 12 rows by 32 columns
@@ -88,18 +97,12 @@ static void cov_tiles(cov_ctx *c, cov_scratch *p, cov_sums *u, int bm)
     for (int64_t k0 = 0; k0 < fill; k0 += COV_TILE_PIX) {
         int64_t nk = fill - k0 < COV_TILE_PIX ? fill - k0 : COV_TILE_PIX, tk;
         for (int64_t j0 = 0; j0 < ldc; j0 += tk) {
-            tk = ldc - j0 >= 32 ? 32 : 16;
-            int tp = tk == 32 ? HSI_C512_P2 : HSI_C512_P1;
+            tk = ldc - j0 > 16 ? 32 : 16;
             int64_t i_end = j0 + tk < nf ? j0 + tk : nf; /* rows reaching the diagonal */
-            for (int64_t i0 = 0; i0 < i_end; i0 += tp) {
-                int R = (int)(i_end - i0 < tp ? i_end - i0 : tp);
-                hsi_c512_tile((int)(tk / 16), R, p->Cf + i0 * ldc + j0, ldc,
-                              p->blk + (bm ? i0 * ch : i0) + p->off[k0], bm ? ch : 1, p->off, nk,
-                              p->pk + j0 * fill + 16 * k0, 16 * fill);
-            }
+            hsi_c512_rows(p->Cf + j0, ldc, p->blk + p->off[k0], bm ? ch : 1, p->off, nk,
+                          p->pk + j0 * fill + 16 * k0, 16 * fill, i_end, tk);
         }
-        for (int64_t i = 0; i < nf; i++)
-            for (int64_t j = i; j < nf; j++) u->S[i * nf + j] += p->Cf[i * ldc + j];
+        cov_add_upper(u, p->Cf, nf, ldc);
     }
 }
 
@@ -118,9 +121,7 @@ static void cov_flush(cov_ctx *c, cov_scratch *p, cov_sums *u)
     else /* blk: (fill, nf) row-major: Cf = blk^T blk */
         cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)nf, (int)fill, 1.0f, p->blk, (int)nf, 0.0f,
                     p->Cf, (int)ldc);
-    if (!c->tiles)
-        for (int64_t i = 0; i < nf; i++)
-            for (int64_t j = i; j < nf; j++) u->S[i * nf + j] += p->Cf[i * ldc + j];
+    if (!c->tiles) cov_add_upper(u, p->Cf, nf, ldc);
     /* column sums of the block by sgemv against ones, into double */
     if (bm) /* colsum = blk (nf, fill) . ones */
         cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nf, (int)fill, 1.0f, p->blk, (int)ch, p->ones, 1, 0.0f,

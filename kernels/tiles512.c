@@ -217,6 +217,22 @@ C5_TARGET void hsi_c512_dw_tile(int nb, int R, float *dwp, int64_t ld, const flo
 #undef C5_D1
 }
 
+
+void hsi_c512_rows(float *acc, int64_t ld, const float *in, int64_t rs, const int32_t *off, int64_t nk,
+                   const float *w, int64_t wblk, int64_t nrow, int64_t ncol)
+{
+    int64_t tk;
+    for (int64_t k0 = 0; k0 < ncol; k0 += tk) {
+        tk = ncol - k0 > 16 ? 32 : 16;
+        int tp = tk == 32 ? HSI_C512_P2 : HSI_C512_P1;
+        for (int64_t r0 = 0; r0 < nrow; r0 += tp) {
+            int R = (int)(nrow - r0 < tp ? nrow - r0 : tp);
+            hsi_c512_tile((int)(tk / 16), R, acc + r0 * ld + k0, ld, in + r0 * rs, rs, off, nk,
+                          w + k0 / 16 * wblk, wblk);
+        }
+    }
+}
+
 #else /* not x86-64: never called (hsi_c512_cpu_ok is 0) */
 
 int hsi_c512_cpu_ok(void) { return 0; }
@@ -226,6 +242,12 @@ void hsi_c512_tile(int nb, int R, float *acc, int64_t ld, const float *in, int64
 {
     (void)nb, (void)R, (void)acc, (void)ld, (void)in, (void)rs, (void)off, (void)nk, (void)w,
         (void)wblk;
+}
+void hsi_c512_rows(float *acc, int64_t ld, const float *in, int64_t rs, const int32_t *off, int64_t nk,
+                   const float *w, int64_t wblk, int64_t nrow, int64_t ncol)
+{
+    (void)acc, (void)ld, (void)in, (void)rs, (void)off, (void)nk, (void)w, (void)wblk, (void)nrow,
+        (void)ncol;
 }
 void hsi_c512_tile8(int R, float *acc, const float *in, const int32_t *off, int64_t nk,
                     const float *w)

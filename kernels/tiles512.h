@@ -30,6 +30,13 @@ int hsi_c512_cpu_ok(void);
 void hsi_c512_tile(int nb, int R, float *acc, int64_t ld, const float *in, int64_t rs,
                    const int32_t *off, int64_t nk, const float *w, int64_t wblk);
 
+/* The same over a whole product: acc (nrow rows, ld floats apart, of ncol
+ * channels, ncol a multiple of 16) = sum over k < nk of in[off[k] + r * rs]
+ * * w_b[16 k + j] for every channel block b (w_b = w + b * wblk), in tiles
+ * of 12 rows x 32 channels and 24 x 16 for the last block. */
+void hsi_c512_rows(float *acc, int64_t ld, const float *in, int64_t rs, const int32_t *off, int64_t nk,
+                   const float *w, int64_t wblk, int64_t nrow, int64_t ncol);
+
 /* The narrow tile (at most 8 output channels): two positions per register
  * (lanes 2j + s = channel j of position r + s), so no lane holds a zero
  * filter. acc (rows of 8) = sum over k < nk of in[off[k] + r] * w[8 k + j]

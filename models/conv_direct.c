@@ -509,23 +509,15 @@ static void dc_products(float *m, int64_t ldm, const float *v, int64_t rs, int64
                         const int32_t *off, int64_t nk, const float *u, int64_t ublk,
                         int64_t ncol, int v512)
 {
-    int64_t tk;
-    for (int64_t k0 = 0; k0 < ncol; k0 += tk) {
-        int tp;
-        if (!v512)
-            tk = DC_TILE_K, tp = DC_TILE_P;
-        else if (ncol - k0 > 16)
-            tk = 32, tp = HSI_C512_P2;
-        else
-            tk = 16, tp = HSI_C512_P1;
+    if (v512) {
+        hsi_c512_rows(m, ldm, v, rs, off, nk, u, ublk, nrow, ncol);
+        return;
+    }
+    for (int64_t k0 = 0; k0 < ncol; k0 += DC_TILE_K) {
         const float *uk = u + k0 / 16 * ublk;
-        for (int64_t t0 = 0; t0 < nrow; t0 += tp) {
-            int R = (int)(nrow - t0 < tp ? nrow - t0 : tp);
-            if (v512)
-                hsi_c512_tile((int)(tk / 16), R, m + t0 * ldm + k0, ldm, v + t0 * rs, rs, off, nk,
-                              uk, ublk);
-            else
-                dc_tile_rs_any(R, m + t0 * ldm + k0, ldm, v + t0 * rs, rs, off, nk, uk);
+        for (int64_t t0 = 0; t0 < nrow; t0 += DC_TILE_P) {
+            int R = (int)(nrow - t0 < DC_TILE_P ? nrow - t0 : DC_TILE_P);
+            dc_tile_rs_any(R, m + t0 * ldm + k0, ldm, v + t0 * rs, rs, off, nk, uk);
         }
     }
 }
