@@ -693,6 +693,33 @@ static uint64_t h5_stored_eof(const uint8_t *p, size_t n)
     return 0;
 }
 
+/* A version 0/1 superblock sb (read at offset at) may point at a driver
+ * information block, whose 4-byte size HDF5 allocates as it stands: a
+ * damaged one made libhdf5 take 4 GiB for a 949-byte file (found by
+ * fuzz_mat). The block (16 bytes, then its size) must lie in the file. */
+static hsi_status check_h5_driver_info(const mat_scan *s, const uint8_t *sb, int64_t at)
+{
+    int ver = sb[8], so = sb[13], fields = ver == 0 ? 24 : 28;
+    if ((ver != 0 && ver != 1) || (so != 2 && so != 4 && so != 8)) return HSI_OK;
+    uint64_t undef = so == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * so)) - 1;
+    uint64_t base = get_le(sb + fields, so), drv = get_le(sb + fields + 3 * so, so);
+    if (drv == undef) return HSI_OK;
+    uint64_t fs = (uint64_t)s->file_size, pos = base < fs && drv < fs ? base + drv : UINT64_MAX, size = 0;
+    if (pos <= fs - 8) {
+        uint8_t hd[8];
+        hsi_status st = read_at(s, (int64_t)pos, hd, sizeof hd);
+        if (st != HSI_OK) return st;
+        size = get_le(hd + 4, 4);
+    }
+    if (pos > fs - 8 || pos + 16 + size > fs)
+        return HSI_FAIL(HSI_ERR_FORMAT, "%s: MATLAB 7.3 (HDF5) file: its superblock (offset %s) "
+                                        "points at a driver information block at %s of %s bytes, "
+                                        "the file ends after %s: the file is truncated or damaged",
+                        s->path, num(at), num((int64_t)(pos > INT64_MAX ? INT64_MAX : pos)),
+                        num((int64_t)size + 16), num(s->file_size));
+    return HSI_OK;
+}
+
 static hsi_status check_h5_size(const mat_scan *s)
 {
     static const uint8_t sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
@@ -708,7 +735,7 @@ static hsi_status check_h5_size(const mat_scan *s)
                                             "%s) records %s bytes, the file ends after %s: the "
                                             "file is truncated", s->path, num(at),
                             num((int64_t)(eof > INT64_MAX ? INT64_MAX : eof)), num(s->file_size));
-        return HSI_OK;
+        return check_h5_driver_info(s, sb, at);
     }
     return HSI_FAIL(HSI_ERR_FORMAT, "%s: MATLAB 7.3 header, but no HDF5 signature at offset 0, "
                                     "512, 1024 or 2048 (file size %s): the file is truncated or "

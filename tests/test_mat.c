@@ -410,7 +410,8 @@ static void test_no_variables(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "found 'ENVI\\x0asampl'"));
 }
 
-/* v7.3: a file shorter than its HDF5 superblock says is refused. */
+/* v7.3: a file shorter than its HDF5 superblock says is refused, and one
+ * whose superblock points at a driver information block past its end. */
 static void test_v73_truncated(void)
 {
     const char *p = hsi_test_tmp("v73_full.mat");
@@ -432,6 +433,19 @@ static void test_v73_truncated(void)
         snprintf(name, sizeof name, "v73_cut_%zu.mat", cuts[k]);
         CU_ASSERT_EQUAL(refused(write_prefix(name, src, cuts[k]), "truncated"), 0);
     }
+    /* a superblock pointing at a driver information block whose size runs
+     * past the end (libhdf5 would allocate it: 4 GiB for a 949-byte file
+     * that fuzz_mat found) */
+    const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    size_t at = 0;
+    while (at + 64 <= n && memcmp(src + at, sig, 8) != 0) at = at ? 2 * at : 512;
+    CU_ASSERT_FATAL(at + 64 <= n && src[at + 8] == 0 && src[at + 13] == 8); /* matio: version 0 */
+    uint64_t base = 0;
+    for (int i = 7; i >= 0; i--) base = base << 8 | src[at + 24 + i];
+    uint64_t drv = n - 8 - base; /* the block's header in the file's last 8 bytes */
+    for (int i = 0; i < 8; i++) src[at + 48 + i] = (unsigned char)(drv >> (8 * i));
+    memset(src + n - 4, 0xff, 4); /* its size: 2^32 - 1 */
+    CU_ASSERT_EQUAL(refused(write_prefix("v73_driver_info.mat", src, n), "driver information block"), 0);
     free(src);
     hsi_cube c;
     HSI_CHECK_OK(hsi_mat_open(&c, p, NULL));
@@ -630,7 +644,7 @@ HSI_SUITE(mat, 0, {"v5 compressed/uncompressed orientation", test_v5_compressed}
           {"matio-written v5 files, whole and cut", test_matio_v5},
           {"big-endian v5", test_big_endian},
           {"no variables: what was found instead", test_no_variables},
-          {"v7.3 cut short of its superblock's size", test_v73_truncated},
+          {"v7.3 cut short of its superblock's size, or its driver block past the end", test_v73_truncated},
           {"v7.3 with unwritten chunks", test_v73_unwritten_chunks},
           {"FIFO and directory refused without blocking", test_not_regular})
 HSI_SUITE(mat_shared, HSI_SUITE_NEEDS_SHARED, {"SalinasA vs scipy loadmat", test_salinas_a},
