@@ -696,13 +696,16 @@ static uint64_t h5_stored_eof(const uint8_t *p, size_t n)
 /* A version 0/1 superblock sb (read at offset at) may point at a driver
  * information block, whose 4-byte size HDF5 allocates as it stands: a
  * damaged one made libhdf5 take 4 GiB for a 949-byte file (found by
- * fuzz_mat). The block (16 bytes, then its size) must lie in the file. */
+ * fuzz_mat). The block (16 bytes, then its size) must lie in the file.
+ * Its address is relative to the base address, which HDF5 takes to be
+ * where it found the signature whatever the superblock records (a second
+ * fuzz_mat file recorded 512 with its signature at 1024). */
 static hsi_status check_h5_driver_info(const mat_scan *s, const uint8_t *sb, int64_t at)
 {
     int ver = sb[8], so = sb[13], fields = ver == 0 ? 24 : 28;
     if ((ver != 0 && ver != 1) || (so != 2 && so != 4 && so != 8)) return HSI_OK;
     uint64_t undef = so == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * so)) - 1;
-    uint64_t base = get_le(sb + fields, so), drv = get_le(sb + fields + 3 * so, so);
+    uint64_t base = (uint64_t)at, drv = get_le(sb + fields + 3 * so, so);
     if (drv == undef) return HSI_OK;
     uint64_t fs = (uint64_t)s->file_size, pos = base < fs && drv < fs ? base + drv : UINT64_MAX, size = 0;
     if (pos <= fs - 8) {

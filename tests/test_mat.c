@@ -446,6 +446,14 @@ static void test_v73_truncated(void)
     for (int i = 0; i < 8; i++) src[at + 48 + i] = (unsigned char)(drv >> (8 * i));
     memset(src + n - 4, 0xff, 4); /* its size: 2^32 - 1 */
     CU_ASSERT_EQUAL(refused(write_prefix("v73_driver_info.mat", src, n), "driver information block"), 0);
+    /* the same block addressed from where the signature lies while the
+     * superblock records another base address (HDF5 goes by the signature's
+     * place: a second file from fuzz_mat) */
+    for (int i = 0; i < 8; i++) src[at + 24 + i] = 0;
+    drv = n - 8 - at;
+    for (int i = 0; i < 8; i++) src[at + 48 + i] = (unsigned char)(drv >> (8 * i));
+    memset(src + drv + 4, 0, 4); /* a size of 0 where the recorded base would put the block */
+    CU_ASSERT_EQUAL(refused(write_prefix("v73_driver_info_base.mat", src, n), "driver information block"), 0);
     free(src);
     hsi_cube c;
     HSI_CHECK_OK(hsi_mat_open(&c, p, NULL));
