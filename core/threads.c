@@ -197,8 +197,12 @@ void hsi_split_range(int64_t n_lines, int t, int n, int64_t *l0, int64_t *l1)
 /* OpenBLAS's (exported, not in its headers): joins its worker threads; its
  * next multithreaded call starts them again. Weak: NULL without it. */
 extern int blas_thread_shutdown_(void) __attribute__((weak));
+extern void openblas_set_num_threads(int n) __attribute__((weak));
 
 void hsi_blas_workers_stop(void)
 {
+    /* one thread first: openblas_set_num_threads starts the workers again
+     * (even for 1), so a later hsi_kern_blas_single_begin would wake them */
+    if (openblas_set_num_threads) openblas_set_num_threads(1);
     if (blas_thread_shutdown_) blas_thread_shutdown_();
 }

@@ -39,14 +39,18 @@ hsi_status hsi_parallel(int n, hsi_status (*fn)(void *ctx, int t, int n), void *
 /* Items [*i0, *i1) of n_items that part t of n owns (static, contiguous). */
 void hsi_split_range(int64_t n_items, int t, int n, int64_t *i0, int64_t *i1);
 
-/* Stops OpenBLAS's idle worker threads (pthreads builds; nothing with
- * other BLAS). OpenBLAS starts them when it loads and they spin in
+/* Sets OpenBLAS to one thread and stops its idle worker threads
+ * (OpenBLAS pthreads builds; nothing with another BLAS). OpenBLAS
+ * starts them when it loads, at every openblas_set_num_threads (even to
+ * 1) and at a multithreaded call after a stop, and each time they spin in
  * sched_yield for about 2^28 cycles (~0.1 s) before they sleep, which on a
- * 2-core machine takes a core from hsi's own threads at the start of every
- * process. hsi calls BLAS single-threaded inside its own threads, and
- * OpenBLAS starts its workers again at its next multithreaded call. For a
- * program's start, while no other thread is in a BLAS call (the CLI calls
- * it first thing). */
+ * 2-core machine takes a core from hsi's own threads. hsi calls BLAS
+ * single-threaded inside its own threads; after this the small calls
+ * outside them (the PCA's eigen decomposition) are single-threaded too,
+ * and the passes no longer switch OpenBLAS's thread count (which woke the
+ * workers in the middle of every fit). openblas_set_num_threads(N > 1)
+ * undoes it. For a program's start, while no other thread is in a BLAS
+ * call (the CLI calls it first thing). */
 void hsi_blas_workers_stop(void);
 
 #ifdef __cplusplus

@@ -3,6 +3,7 @@
  * Plain arrays only; reads no files. */
 #include "bands.h"
 #include "io/meta.h"
+#include "kern_internal.h"
 
 #include <ctype.h>
 #include <lapacke.h>
@@ -227,7 +228,9 @@ hsi_status hsi_bands_opbs(int64_t *sel, double *residual, const double *cov, int
     memcpy(a, cov, sizeof(double) * (size_t)(n * n));
     /* a: (n, n) row-major, lower triangle overwritten by L with P^T A P = L L^T;
      * piv: 1-based pivot order = greedy max-residual band order */
+    int blas_prev = hsi_kern_blas_single_begin(); /* the same bits whatever OpenBLAS's threads */
     lapack_int info = LAPACKE_dpstrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, a, (lapack_int)n, piv, &rank, -1.0);
+    hsi_kern_blas_single_end(blas_prev);
     if (info < 0) {
         st = HSI_FAIL(HSI_ERR_NUMERIC, "opbs: LAPACKE_dpstrf failed (info %d)", (int)info);
         goto cleanup;

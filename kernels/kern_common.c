@@ -215,6 +215,12 @@ void hsi_kern_split_range(const hsi_pass_split *sp, int64_t n_chunks, int64_t *k
     *k1 = n_chunks * (sp->part + 1) / sp->n_parts;
 }
 
+int64_t hsi_kern_next_chunk(int64_t *next, int64_t k0, int64_t k1)
+{
+    int64_t k = k0 + __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+    return k < k1 ? k : -1;
+}
+
 hsi_status hsi_kern_split_exchange(const hsi_pass_split *sp, double *rows, int64_t n_chunks, int64_t width)
 {
     if (!split_on(sp)) return HSI_OK;
@@ -331,3 +337,9 @@ static int kern_tiles = 1;
 void hsi_kern_set_tiles(int on) { kern_tiles = on != 0; }
 
 int hsi_kern_tiles(void) { return kern_tiles && hsi_c512_cpu_ok(); }
+
+static int kern_ints = 1;
+
+void hsi_kern_set_ints(int on) { kern_ints = on != 0; }
+
+int hsi_kern_ints(void) { return kern_ints && hsi_c512_vnni_ok(); }

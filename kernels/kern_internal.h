@@ -75,8 +75,15 @@ hsi_status hsi_kern_mask_pack(uint8_t **out, const hsi_view *mask, int64_t n_lin
 int64_t hsi_kern_stats_chunks(const hsi_view *cube, int64_t n_features);
 /* The chunks this process reads under a split (stats.h): [*k0, *k1), a
  * contiguous share; without a split, all of them. Threads then take
- * contiguous runs of these (hsi_split_range), so each reads long streams. */
+ * them one at a time (hsi_kern_next_chunk). */
 void hsi_kern_split_range(const hsi_pass_split *sp, int64_t n_chunks, int64_t *k0, int64_t *k1);
+/* The next chunk of [k0, k1) for a worker, or -1 when none is left; *next
+ * starts at 0 and is shared by the pass's threads. Chunks are taken as
+ * threads come free (a thread slowed by another process, page faults or a
+ * BLAS worker spinning no longer holds the others at the end), and each is
+ * read whole by one thread into its own partials, merged in chunk order:
+ * the same bits whichever thread takes it. */
+int64_t hsi_kern_next_chunk(int64_t *next, int64_t k0, int64_t k1);
 /* rows: (n_chunks, width) partials, filled for the chunks read here; sets
  * the others to -inf and combines them across processes (no-op without a
  * split). */
@@ -110,6 +117,11 @@ void hsi_kern_transpose_f32(float *dst, int64_t ldd, const float *src, int64_t l
  * rounding. Set it before a pass, not during one. */
 int hsi_kern_tiles(void);
 void hsi_kern_set_tiles(int on);
+/* The covariance's exact int16 products (VNNI) on raw 8/16-bit bands: 1
+ * when the CPU has AVX512-VNNI and hsi_kern_set_ints(0) (tests,
+ * benchmarks) has not turned them off; the float tiles otherwise. */
+int hsi_kern_ints(void);
+void hsi_kern_set_ints(int on);
 
 /* Checks that v is a host-visible (band, line, sample) real cube. */
 hsi_status hsi_kern_check_cube(const hsi_view *v, const char *what);

@@ -39,6 +39,9 @@ typedef struct cov_scratch {
     float *pk;            /* tiles: blk in blocks of 16 features (fill, 16); the lanes past nf,
                              zeroed once, only ever reach Cf's columns past nf, never read */
     int32_t *off;         /* tiles: the pixels' offsets in blk */
+    int32_t *pq, *Ci, *isum, *mid; /* ints: pairs of pixels (fill / 2 rounded up, ldc); the
+                                      int32 products (nf, ldc); the block's column sums and
+                                      midpoints (ldc each) */
     int64_t fill;         /* pixels in blk */
 } cov_scratch;
 typedef struct cov_sums {
@@ -50,9 +53,11 @@ typedef struct cov_ctx {
     const hsi_view *cube;
     hsi_kern_prep pp;     /* norm + sub = shift */
     const uint8_t *mask;
-    int64_t chunk, tile, nf, n_chunks;
+    int64_t chunk, tile, nf, n_chunks, next_chunk;
     int64_t ldc;          /* floats between the rows of Cf: nf, or nf rounded up to 16 (tiles) */
     int nt, tiles;        /* tiles: Cf by the AVX-512 register tiles, not ssyrk */
+    int ints;             /* tiles on integer features (raw 8/16-bit bands, an integer
+                             shift): blocks whose values fit int16 go by VNNI (cov_ints) */
     double *shift;        /* (nf) features of the first selected pixel */
     cov_scratch *thr;     /* (nt) */
     cov_sums *sums;       /* (n_chunks) */
@@ -76,14 +81,11 @@ static void cov_add_upper(cov_sums *u, const float *Cf, int64_t nf, int64_t ldc)
         for (int64_t j = i; j < nf; j++) u->S[i * nf + j] += Cf[i * ldc + j];
 }
 
-/* S (double, upper triangle) += X X^T for the block's features X (nf,
- * fill), on the AVX-512 register tiles: X packed in blocks of 16 features
- * (pk), then per COV_TILE_PIX pixels tiles of up to 12 rows by 32 columns
- * into Cf (rows of ldc), those holding any element on or above the
- * diagonal, added into S. */
-static void cov_tiles(cov_ctx *c, cov_scratch *p, cov_sums *u, int bm)
+/* The block's features X (nf, fill) packed for the tiles in blocks of 16
+ * features (pk: (fill, 16) each). */
+static void cov_pack(cov_ctx *c, cov_scratch *p, int bm)
 {
-    int64_t nf = c->nf, ch = c->chunk, fill = p->fill, ldc = c->ldc;
+    int64_t nf = c->nf, ch = c->chunk, fill = p->fill;
     for (int64_t b0 = 0; b0 < nf; b0 += 16) {
         int64_t nb = nf - b0 < 16 ? nf - b0 : 16;
         float *pb = p->pk + b0 * fill;
@@ -93,6 +95,15 @@ static void cov_tiles(cov_ctx *c, cov_scratch *p, cov_sums *u, int bm)
             for (int64_t k = 0; k < fill; k++)
                 memcpy(pb + 16 * k, p->blk + k * nf + b0, sizeof(float) * (size_t)nb);
     }
+}
+
+/* S (double, upper triangle) += X X^T from pk, on the AVX-512 register
+ * tiles: per COV_TILE_PIX pixels tiles of up to 12 rows by 32 columns into
+ * Cf (rows of ldc), those holding any element on or above the diagonal,
+ * added into S. */
+static void cov_tiles(cov_ctx *c, cov_scratch *p, cov_sums *u, int bm)
+{
+    int64_t nf = c->nf, ch = c->chunk, fill = p->fill, ldc = c->ldc;
     for (int64_t k = 0; k < fill; k++) p->off[k] = (int32_t)(bm ? k : k * nf);
     for (int64_t k0 = 0; k0 < fill; k0 += COV_TILE_PIX) {
         int64_t nk = fill - k0 < COV_TILE_PIX ? fill - k0 : COV_TILE_PIX, tk;
@@ -106,6 +117,44 @@ static void cov_tiles(cov_ctx *c, cov_scratch *p, cov_sums *u, int bm)
     }
 }
 
+/* The block by exact integer products when its values (integers) fit
+ * int16 once each feature is shifted by the midpoint of its range in the
+ * block, mid (c->ints): pairs of pixels packed from pk (vpdpwssd adds two
+ * products into each int32 lane), the int32 sums of z = x - mid spilled
+ * into S before they can overflow, every m pairs, m = (2^31 - 1) / (2
+ * max|z|^2), then S and s moved back to x (the chunk's shift): x_i x_j =
+ * z_i z_j + mid_i z_j + mid_j z_i + mid_i mid_j summed over the block, all
+ * exact in double. Returns 0, having added nothing, when a value does not
+ * fit or m < 16 (more spills than products: the float tiles then take the
+ * block). The choice depends on the block's values only, so the sums keep
+ * their bits on any number of threads. */
+static int cov_ints(cov_ctx *c, cov_scratch *p, cov_sums *u)
+{
+    int64_t nf = c->nf, fill = p->fill, ldc = c->ldc, nq = (fill + 1) / 2, tk;
+    uint32_t r = hsi_c512_pack_i16(p->pq, ldc, p->isum, p->mid, p->pk, fill, ldc / 16);
+    if (r > 32767) return 0;
+    int64_t m = r ? INT32_MAX / (2 * (int64_t)r * r) : nq;
+    if (m < 16 && m < nq) return 0;
+    for (int64_t q0 = 0; q0 < nq; q0 += m) {
+        int64_t mq = nq - q0 < m ? nq - q0 : m;
+        const int32_t *a = p->pq + q0 * ldc;
+        for (int64_t j0 = 0; j0 < ldc; j0 += tk) {
+            tk = ldc - j0 > 16 ? 32 : 16;
+            int64_t i_end = j0 + tk < nf ? j0 + tk : nf; /* rows reaching the diagonal */
+            hsi_c512_rows_i16(p->Ci + j0, ldc, a, a + j0, ldc, mq, i_end, tk);
+        }
+        for (int64_t i = 0; i < nf; i++)
+            for (int64_t j = i; j < nf; j++) u->S[i * nf + j] += p->Ci[i * ldc + j];
+    }
+    const int32_t *mid = p->mid, *zs = p->isum;
+    for (int64_t i = 0; i < nf; i++) {
+        double mi = mid[i], zi = zs[i], fm = (double)fill * mi;
+        for (int64_t j = i; j < nf; j++) u->S[i * nf + j] += mi * zs[j] + mid[j] * zi + fm * mid[j];
+        u->s[i] += zi + fm;
+    }
+    return 1;
+}
+
 static void cov_flush(cov_ctx *c, cov_scratch *p, cov_sums *u)
 {
     int64_t nf = c->nf, ch = c->chunk, fill = p->fill, ldc = c->ldc;
@@ -113,9 +162,15 @@ static void cov_flush(cov_ctx *c, cov_scratch *p, cov_sums *u)
     if (fill == 0) return;
     /* shifted values; Cf = X^T X (upper) in float over one block, then
      * added into the double S */
-    if (c->tiles)
+    if (c->tiles) {
+        cov_pack(c, p, bm);
+        if (c->ints && cov_ints(c, p, u)) {
+            u->n += fill;
+            p->fill = 0;
+            return;
+        }
         cov_tiles(c, p, u, bm);
-    else if (bm) /* blk: (nf, fill) row-major, ld ch: Cf = blk blk^T */
+    } else if (bm) /* blk: (nf, fill) row-major, ld ch: Cf = blk blk^T */
         cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)nf, (int)fill, 1.0f, p->blk, (int)ch, 0.0f,
                     p->Cf, (int)ldc);
     else /* blk: (fill, nf) row-major: Cf = blk^T blk */
@@ -175,10 +230,9 @@ static void cov_lines(cov_ctx *c, int64_t k, int t, int64_t y0, int64_t y1)
 static hsi_status cov_worker(void *vc, int t, int nt)
 {
     cov_ctx *c = vc;
-    int64_t k0, k1, j0, j1;
+    int64_t k0, k1, k;
     hsi_kern_split_range(c->split, c->n_chunks, &k0, &k1);
-    hsi_split_range(k1 - k0, t, nt, &j0, &j1);
-    for (int64_t k = k0 + j0; k < k0 + j1; k++) {
+    while ((k = hsi_kern_next_chunk(&c->next_chunk, k0, k1)) >= 0) {
         int64_t l0, l1;
         hsi_split_range(c->cube->shape[1], (int)k, (int)c->n_chunks, &l0, &l1);
         for (int64_t y = l0; y < l1; y += c->tile) {
@@ -233,6 +287,10 @@ static void cov_ctx_free(cov_ctx *c)
         hsi_aligned_free(c->thr[t].Cf);
         hsi_aligned_free(c->thr[t].pk);
         free(c->thr[t].off);
+        hsi_aligned_free(c->thr[t].pq);
+        hsi_aligned_free(c->thr[t].Ci);
+        hsi_aligned_free(c->thr[t].isum);
+        hsi_aligned_free(c->thr[t].mid);
     }
     for (int64_t k = 0; c->sums && k < c->n_chunks; k++) {
         free(c->sums[k].S);
@@ -244,6 +302,19 @@ static void cov_ctx_free(cov_ctx *c)
     c->thr = NULL;
     c->sums = NULL;
     c->shift = NULL;
+}
+
+/* 1 when the features are a cube's raw 8- or 16-bit integers (a band
+ * selection, no scaling, fill or l2): shifted by the first pixel's, they
+ * are integers (|x| < 2^17, exact in float) for cov_ints. */
+static int int_features(const hsi_view *cube, const hsi_norm *n)
+{
+    hsi_dtype dt = cube->dtype;
+    if ((dt != HSI_U8 && dt != HSI_I8 && dt != HSI_U16 && dt != HSI_I16) || n->has_ignore || n->l2)
+        return 0;
+    for (int64_t j = 0; j < n->n_bands; j++)
+        if (n->scale[j] != 1 || n->center[j] != 0 || n->offset[j] != 0) return 0;
+    return 1;
 }
 
 /* Shift, block size, each thread's block and each chunk's sums for a pass
@@ -272,6 +343,7 @@ static hsi_status cov_ctx_init(cov_ctx *c, const hsi_view *cube, const hsi_norm 
     if (c->chunk > 4096) c->chunk = 4096;
     c->tiles = hsi_kern_tiles() && c->chunk * nf < INT32_MAX;
     c->ldc = c->tiles ? (nf + 15) / 16 * 16 : nf;
+    c->ints = c->tiles && hsi_kern_ints() && int_features(cube, norm);
     c->shift = calloc((size_t)nf + 1, sizeof(double));
     scr = malloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, 1, nf));
     c->thr = calloc((size_t)nt, sizeof(cov_scratch));
@@ -293,7 +365,14 @@ static hsi_status cov_ctx_init(cov_ctx *c, const hsi_view *cube, const hsi_norm 
             p->off = malloc(sizeof(int32_t) * (size_t)c->chunk);
             if (p->pk) memset(p->pk, 0, sizeof(float) * (size_t)(c->ldc * c->chunk));
         }
-        if (!p->blk || !p->scr || !p->Cf || (c->tiles && (!p->pk || !p->off))) {
+        if (c->ints) {
+            p->pq = hsi_aligned_alloc(sizeof(int32_t) * (size_t)((c->chunk / 2 + 1) * c->ldc));
+            p->Ci = hsi_aligned_alloc(sizeof(int32_t) * (size_t)(nf * c->ldc));
+            p->isum = hsi_aligned_alloc(sizeof(int32_t) * (size_t)c->ldc);
+            p->mid = hsi_aligned_alloc(sizeof(int32_t) * (size_t)c->ldc);
+        }
+        if (!p->blk || !p->scr || !p->Cf || (c->tiles && (!p->pk || !p->off)) ||
+            (c->ints && (!p->pq || !p->Ci || !p->isum || !p->mid))) {
             st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: cannot allocate a %lld x %lld block per thread",
                           (long long)c->chunk, (long long)nf);
             goto cleanup;
@@ -492,9 +571,13 @@ hsi_status hsi_pca_fit_cov(hsi_pca *out, const double *mean, const double *cov, 
     memcpy(a, cov, sizeof(double) * (size_t)(nf * nf));
     lapack_int m = 0;
     /* a: (nf, nf) row-major symmetric (upper used); w ascending; z: (nf, nf)
-     * row-major, column i = eigenvector of w[i] */
+     * row-major, column i = eigenvector of w[i]. On one BLAS thread: its
+     * bits would depend on OpenBLAS's thread count (the hsi program runs
+     * OpenBLAS on one thread, a program of the library's may not). */
+    int blas_prev = hsi_kern_blas_single_begin();
     lapack_int info = LAPACKE_dsyevr(LAPACK_ROW_MAJOR, 'V', 'A', 'U', (lapack_int)nf, a, (lapack_int)nf,
                                      0, 0, 0, 0, 0.0, &m, w, z, (lapack_int)nf, isuppz);
+    hsi_kern_blas_single_end(blas_prev);
     if (info != 0 || m != nf) {
         st = HSI_FAIL(HSI_ERR_NUMERIC, "pca: LAPACKE_dsyevr failed (info %d, %d of %lld eigenvalues)",
                       (int)info, (int)m, (long long)nf);

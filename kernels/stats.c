@@ -408,6 +408,7 @@ typedef struct stats_ctx {
     hsi_kern_tile_hook hook; /* moments phase: called per tile read */
     void *hook_ctx;
     int64_t n_chunks;        /* fixed chunks of lines: partials per chunk */
+    int64_t next_chunk;      /* hsi_kern_next_chunk's counter */
 } stats_ctx;
 
 /* Lines [l0, l1) (one chunk) on thread t into the partials of slot. */
@@ -652,10 +653,9 @@ static hsi_status stats_worker(void *vctx, int t, int nt)
 {
     stats_ctx *c = vctx;
     const hsi_pass_split *sp = c->o ? c->o->split : NULL;
-    int64_t k0, k1, j0, j1;
+    int64_t k0, k1, k;
     hsi_kern_split_range(sp, c->n_chunks, &k0, &k1);
-    hsi_split_range(k1 - k0, t, nt, &j0, &j1);
-    for (int64_t k = k0 + j0; k < k0 + j1; k++) {
+    while ((k = hsi_kern_next_chunk(&c->next_chunk, k0, k1)) >= 0) {
         int64_t l0, l1;
         hsi_split_range(c->cube->shape[1], (int)k, (int)c->n_chunks, &l0, &l1);
         hsi_status st = stats_range(c, t, k, l0, l1);
@@ -837,6 +837,7 @@ hsi_status hsi_stats_compute_hooked(hsi_stats *out, const hsi_view *cube, const 
         }
         c.hist_phase = 1;
         c.res = out;
+        c.next_chunk = 0;
         HSI_TRY(hsi_parallel(nt, stats_worker, &c));
         for (int t = 0; t < nt; t++)
             for (int64_t i = 0; i < nb * o->hist_bins; i++) out->hist[i] += c.hist[t * nb * o->hist_bins + i];

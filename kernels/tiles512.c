@@ -233,6 +233,141 @@ void hsi_c512_rows(float *acc, int64_t ld, const float *in, int64_t rs, const in
     }
 }
 
+/* ------------------------------------------------ int16 pairs (VNNI) */
+
+#define I5_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
+#define I5_INLINE static inline __attribute__((always_inline)) I5_TARGET
+
+int hsi_c512_vnni_ok(void)
+{
+    static int ok = -1;
+    if (ok < 0)
+        ok = hsi_c512_cpu_ok() && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vnni");
+    return ok;
+}
+
+#define I5_DECL                                                                                \
+    __m512i z0 = _mm512_setzero_si512(), z1 = z0, z2 = z0, z3 = z0, z4 = z0, z5 = z0, z6 = z0, \
+            z7 = z0, z8 = z0, z9 = z0, z10 = z0, z11 = z0, z12 = z0, z13 = z0, z14 = z0,        \
+            z15 = z0, z16 = z0, z17 = z0, z18 = z0, z19 = z0, z20 = z0, z21 = z0, z22 = z0,     \
+            z23 = z0
+
+/* R <= 12 rows x 32 columns: per pair of pixels 2 column loads, R
+ * broadcasts, 2 R vpdpwssd */
+I5_INLINE void i5_tile2(const int R, int32_t *restrict acc, int64_t ld, const int32_t *a,
+                        const int32_t *b, int64_t lda, int64_t nq)
+{
+    I5_DECL;
+    for (int64_t q = 0; q < nq; q++, a += lda, b += lda) {
+        __m512i u0 = _mm512_loadu_si512(b), u1 = _mm512_loadu_si512(b + 16);
+#define I5_STEP(r, x, y)                                                                       \
+    if (R > r) {                                                                               \
+        __m512i v = _mm512_set1_epi32(a[r]);                                                   \
+        x = _mm512_dpwssd_epi32(x, v, u0);                                                     \
+        y = _mm512_dpwssd_epi32(y, v, u1);                                                     \
+    }
+        C5_ROWS2(I5_STEP)
+#undef I5_STEP
+    }
+#define I5_STORE(r, x, y)                                                                      \
+    if (R > r) {                                                                               \
+        _mm512_storeu_si512(acc + r * ld, x);                                                  \
+        _mm512_storeu_si512(acc + r * ld + 16, y);                                             \
+    }
+    C5_ROWS2(I5_STORE)
+#undef I5_STORE
+}
+
+/* R <= 24 rows x 16 columns */
+I5_INLINE void i5_tile1(const int R, int32_t *restrict acc, int64_t ld, const int32_t *a,
+                        const int32_t *b, int64_t lda, int64_t nq)
+{
+    I5_DECL;
+    for (int64_t q = 0; q < nq; q++, a += lda, b += lda) {
+        __m512i u0 = _mm512_loadu_si512(b);
+#define I5_STEP(r, x)                                                                          \
+    if (R > r) x = _mm512_dpwssd_epi32(x, _mm512_set1_epi32(a[r]), u0);
+        C5_ROWS1(I5_STEP)
+#undef I5_STEP
+    }
+#define I5_STORE(r, x)                                                                         \
+    if (R > r) _mm512_storeu_si512(acc + r * ld, x);
+    C5_ROWS1(I5_STORE)
+#undef I5_STORE
+}
+
+static I5_TARGET void i5_tile(int nb, int R, int32_t *acc, int64_t ld, const int32_t *a,
+                              const int32_t *b, int64_t lda, int64_t nq)
+{
+#define I5_T2(n)                                                                               \
+    case n: i5_tile2(n, acc, ld, a, b, lda, nq); break;
+#define I5_T1(n)                                                                               \
+    case n: i5_tile1(n, acc, ld, a, b, lda, nq); break;
+    if (nb > 1)
+        switch (R) {
+            C5_CASES12(I5_T2)
+        default: i5_tile2(1, acc, ld, a, b, lda, nq);
+        }
+    else
+        switch (R) {
+            C5_CASES24(I5_T1)
+        default: i5_tile1(1, acc, ld, a, b, lda, nq);
+        }
+#undef I5_T2
+#undef I5_T1
+}
+
+void hsi_c512_rows_i16(int32_t *acc, int64_t ld, const int32_t *a, const int32_t *b, int64_t lda,
+                       int64_t nq, int64_t nrow, int64_t ncol)
+{
+    int64_t tk;
+    for (int64_t k0 = 0; k0 < ncol; k0 += tk) {
+        tk = ncol - k0 > 16 ? 32 : 16;
+        int tp = tk == 32 ? HSI_C512_P2 : HSI_C512_P1;
+        for (int64_t r0 = 0; r0 < nrow; r0 += tp) {
+            int R = (int)(nrow - r0 < tp ? nrow - r0 : tp);
+            i5_tile((int)(tk / 16), R, acc + r0 * ld + k0, ld, a + r0, b + k0, lda, nq);
+        }
+    }
+}
+
+I5_TARGET uint32_t hsi_c512_pack_i16(int32_t *P, int64_t ldp, int32_t *colsum, int32_t *mid,
+                                     const float *pk, int64_t fill, int64_t nb)
+{
+    const __m512i lo16 = _mm512_set1_epi32(0xffff);
+    __m512i big = _mm512_setzero_si512(), ends = big;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *x = pk + 16 * b * fill;
+        /* the midpoint of each feature's range in the block: |value - mid|
+         * is then at most half the range */
+        __m512 mn = _mm512_loadu_ps(x), mx = mn;
+        for (int64_t k = 1; k < fill; k++) {
+            __m512 v = _mm512_loadu_ps(x + 16 * k);
+            mn = _mm512_min_ps(mn, v);
+            mx = _mm512_max_ps(mx, v);
+        }
+        /* out-of-range floats convert to INT32_MIN: |.| as unsigned is 2^31 */
+        __m512i lo = _mm512_cvtps_epi32(mn), hi = _mm512_cvtps_epi32(mx);
+        ends = _mm512_max_epu32(ends, _mm512_max_epu32(_mm512_abs_epi32(lo), _mm512_abs_epi32(hi)));
+        __m512i m = _mm512_srai_epi32(_mm512_add_epi32(lo, hi), 1), sum = _mm512_setzero_si512();
+        _mm512_storeu_si512(mid + 16 * b, m);
+        for (int64_t k = 0; k < fill; k += 2) {
+            __m512i v0 = _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_loadu_ps(x + 16 * k)), m);
+            __m512i v1 = k + 1 < fill
+                             ? _mm512_sub_epi32(_mm512_cvtps_epi32(_mm512_loadu_ps(x + 16 * k + 16)), m)
+                             : _mm512_setzero_si512();
+            big = _mm512_max_epu32(big, _mm512_max_epu32(_mm512_abs_epi32(v0), _mm512_abs_epi32(v1)));
+            sum = _mm512_add_epi32(sum, _mm512_add_epi32(v0, v1));
+            _mm512_storeu_si512(P + k / 2 * ldp + 16 * b,
+                                _mm512_or_si512(_mm512_and_si512(v0, lo16), _mm512_slli_epi32(v1, 16)));
+        }
+        _mm512_storeu_si512(colsum + 16 * b, sum);
+    }
+    if (_mm512_reduce_max_epu32(ends) >= (1u << 24)) return UINT32_MAX; /* not exact in float */
+    return (uint32_t)_mm512_reduce_max_epu32(big);
+}
+
 #else /* not x86-64: never called (hsi_c512_cpu_ok is 0) */
 
 int hsi_c512_cpu_ok(void) { return 0; }
@@ -259,5 +394,17 @@ void hsi_c512_dw_tile(int nb, int R, float *dwp, int64_t ld, const float *in,
 {
     (void)nb, (void)R, (void)dwp, (void)ld, (void)in, (void)off, (void)pos, (void)npos,
         (void)dyt;
+}
+int hsi_c512_vnni_ok(void) { return 0; }
+uint32_t hsi_c512_pack_i16(int32_t *P, int64_t ldp, int32_t *colsum, int32_t *mid, const float *pk,
+                           int64_t fill, int64_t nb)
+{
+    (void)P, (void)ldp, (void)colsum, (void)mid, (void)pk, (void)fill, (void)nb;
+    return UINT32_MAX;
+}
+void hsi_c512_rows_i16(int32_t *acc, int64_t ld, const int32_t *a, const int32_t *b, int64_t lda,
+                       int64_t nq, int64_t nrow, int64_t ncol)
+{
+    (void)acc, (void)ld, (void)a, (void)b, (void)lda, (void)nq, (void)nrow, (void)ncol;
 }
 #endif

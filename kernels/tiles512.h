@@ -50,6 +50,31 @@ void hsi_c512_tile8(int R, float *acc, const float *in, const int32_t *off, int6
 void hsi_c512_dw_tile(int nb, int R, float *dwp, int64_t ld, const float *in,
                       const int32_t *off, const int32_t *pos, int64_t npos, const float *dyt);
 
+/* 1 when this CPU also has AVX-512BW and AVX512-VNNI (vpdpwssd: two
+ * int16 products added into each int32 lane, twice the multiply-adds of a
+ * float FMA per instruction). */
+int hsi_c512_vnni_ok(void);
+
+/* Integer products of int16 pairs: acc (nrow rows, ld int32 apart, ncol
+ * columns, ncol a multiple of 16) = sum over q < nq of a[q lda + r] .
+ * b[q lda + j], where each int32 element holds two int16 values (one per
+ * pixel of a pair) and "." sums their two products. Lanes wrap modulo
+ * 2^32: the caller bounds nq so that the exact sums fit in int32. Tiles of
+ * 12 rows x 32 columns, 24 x 16 for a last block of 16. */
+void hsi_c512_rows_i16(int32_t *acc, int64_t ld, const int32_t *a, const int32_t *b, int64_t lda,
+                       int64_t nq, int64_t nrow, int64_t ncol);
+
+/* Pairs of pixels for hsi_c512_rows_i16 from nb blocks of 16 features,
+ * pk + 16 b fill holding block b as (fill, 16) floats that are integers
+ * below 2^24: mid[16 b + l] = floor((min + max) / 2) of feature 16 b + l
+ * over the block, P[q ldp + 16 b + l] = value (2q, l) - mid in its low
+ * half, (2q + 1, l) - mid in its high half (0 past fill), and colsum[16 b
+ * + l] = the sum of value - mid over the fill pixels. Returns the largest
+ * |value - mid|, or a number above 32767 when one does not fit int16 (or
+ * a value is not below 2^24): P is then incomplete. fill <= 65536. */
+uint32_t hsi_c512_pack_i16(int32_t *P, int64_t ldp, int32_t *colsum, int32_t *mid, const float *pk,
+                           int64_t fill, int64_t nb);
+
 #ifdef __cplusplus
 }
 #endif

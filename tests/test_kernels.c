@@ -989,6 +989,96 @@ static void test_covariance_precision(void)
     free(c2);
 }
 
+/* The covariance of raw 8/16-bit integer bands by exact int16 pair
+ * products (VNNI), against exact integer sums (int64, written here):
+ * within 1e-12 where the values fit (1.2e-6 to 1.8e-6 for the float
+ * tiles, held to 5e-6).
+ * Cases: 40 bands (column blocks of 32 and 16, 8 padded lanes), odd pixel
+ * counts (a mask), int16 values in two groups 8000 apart in every band
+ * (|x - mid| ~ 4005: 66 pairs a spill, every lane's sum near 2^31 - 1: a
+ * longer spill interval wraps), and a band spanning 0..65535 (blocks out
+ * of int16: the float tiles take them, the others the ints). The dtypes
+ * the ints take: uint16 (byte-swapped too), int16, uint8. */
+static void test_covariance_ints(void)
+{
+    int64_t B = 40, L = 97, S = 53, N = L * S; /* chunks of ~6 lines: 159 pairs a block */
+    double *vals = malloc(sizeof(double) * (size_t)(B * N)), *mk = malloc(sizeof(double) * (size_t)N);
+    double *mean = malloc(sizeof(double) * (size_t)B), *cov = malloc(sizeof(double) * (size_t)(B * B));
+    int64_t *S2 = malloc(sizeof(int64_t) * (size_t)(B * B)), s1[40];
+    int vnni = hsi_kern_ints();
+    if (!vnni) fprintf(stderr, "\n  (no AVX512-VNNI here: the float tiles only) ");
+    int bad = 0;
+    for (int kind = 0; kind < 4; kind++) /* 0 u16 narrow, 1 i16 wide, 2 u8, 3 u16 full range */
+        for (int il = 0; il < 3; il++)
+            for (int masked = 0; masked < 2; masked++)
+                for (int ints = 0; ints < 2; ints++) {
+                    hsi_dtype dt = kind == 1 ? HSI_I16 : kind == 2 ? HSI_U8 : HSI_U16;
+                    uint64_t h = 0x9e3779b97f4a7c15ull + (uint64_t)kind;
+                    int64_t n = 0;
+                    for (int64_t p = 0; p < N; p++) {
+                        h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+                        int sgn = p == 0 || h % 10 == 0 ? 1 : -1; /* most pixels far from the first */
+                        mk[p] = (double)(h % 7 != 0);
+                        for (int64_t b = 0; b < B; b++) {
+                            h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+                            double v = kind == 0   ? 3000 + 40 * (double)b + (double)(h % 1500)
+                                       : kind == 1 ? -2000 + 4000 * sgn + (double)(h % 11)
+                                       : kind == 2 ? (double)(h % 256)
+                                                   : (double)(h % 4000) + (b == 7 && p % 389 == 3 ? 61535 : 0);
+                            vals[b * N + p] = v;
+                        }
+                    }
+                    /* exact sums over the fitted pixels */
+                    memset(S2, 0, sizeof(int64_t) * (size_t)(B * B));
+                    memset(s1, 0, sizeof s1);
+                    for (int64_t p = 0; p < N; p++) {
+                        if (masked && !mk[p]) continue;
+                        n++;
+                        for (int64_t i = 0; i < B; i++) {
+                            int64_t xi = (int64_t)vals[i * N + p];
+                            s1[i] += xi;
+                            for (int64_t j = 0; j < B; j++) S2[i * B + j] += xi * (int64_t)vals[j * N + p];
+                        }
+                    }
+                    hsi_kern_set_ints(ints);
+                    hsi_view v = make_cube(vals, B, L, S, dt, il, kind == 0 && il == 1);
+                    hsi_view m = make_mask(mk, L, S, HSI_U8);
+                    hsi_pca_opts o = {.n_threads = 2, .mask = masked ? &m : NULL};
+                    int64_t used = 0;
+                    HSI_CHECK_OK(hsi_covariance(mean, cov, &used, &v, NULL, &o));
+                    CU_ASSERT_EQUAL(used, n);
+                    double worst = 0;
+                    for (int64_t i = 0; i < B; i++)
+                        for (int64_t j = 0; j < B; j++) {
+                            long double r = ((long double)S2[i * B + j] -
+                                             (long double)s1[i] * (long double)s1[j] / (long double)n) /
+                                            (long double)(n - 1);
+                            long double ri = ((long double)S2[i * B + i] - (long double)s1[i] * s1[i] / (long double)n),
+                                        rj = ((long double)S2[j * B + j] - (long double)s1[j] * s1[j] / (long double)n);
+                            double e = (double)(fabsl((long double)cov[i * B + j] - r) /
+                                                sqrtl(ri * rj / ((long double)(n - 1) * (n - 1))));
+                            worst = e > worst ? e : worst;
+                        }
+                    /* exact where the ints take every block; the float tiles (and
+                     * the full-range case's float blocks) to float precision */
+                    double tol = ints && vnni && kind != 3 ? 1e-12 : 5e-6;
+                    if (worst > tol || getenv("HSI_TEST_SHOW")) {
+                        fprintf(stderr, "\n  kind %d %s%s, ints %d: covariance relative error %.3g", kind,
+                                il_name[il], masked ? " masked" : "", ints, worst);
+                        if (worst > tol) bad++;
+                    }
+                    hsi_view_release(&m);
+                    hsi_view_release(&v);
+                }
+    hsi_kern_set_ints(1);
+    CU_ASSERT_EQUAL(bad, 0);
+    free(vals);
+    free(mk);
+    free(mean);
+    free(cov);
+    free(S2);
+}
+
 /* Statistics and covariance from one read equal the two passes bit for
  * bit (same threads: the same line ranges and blocks), over interleaves,
  * the exact-integer and float paths, masks, band subsets and threads; a
@@ -1285,7 +1375,8 @@ HSI_SUITE(kernels_pca, 0, {"pca: sklearn fit on 18 layouts + scores", test_pca_f
           {"pca: whiten, inverse, variance fraction", test_pca_whiten_inverse_fraction},
           {"pca: mask, zscore chain, band subset", test_pca_mask_norm_subset},
           {"pca: save/load + corrupt files", test_pca_save_load},
-          {"pca: covariance of a 15k-pixel cube vs naive double", test_covariance_precision})
+          {"pca: covariance of a 15k-pixel cube vs naive double", test_covariance_precision},
+          {"pca: covariance of 8/16-bit bands by exact int16 products vs int64 sums", test_covariance_ints})
 HSI_SUITE(kernels_fused, 0, {"fused == unfused (modes, subsets, ignore, layouts, sink)", test_fused_equals_unfused},
           {"fused: outputs over 64 MiB (non-temporal stores) == the sink's tiles, bit for bit",
            test_fused_streamed_output},
