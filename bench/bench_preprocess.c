@@ -7,11 +7,14 @@
  * The bound is measured, not assumed: memcpy on 2 threads, OpenBLAS ssyrk
  * (the covariance, B x B from N pixels) and sgemm (the projection, K x B
  * times B x N) on the threads the job uses, on blocks already in float, the
- * rates scaled to N pixels. Not a test. */
+ * rates scaled to N pixels; and, on CPUs with AVX512-VNNI, the covariance
+ * by int16 pair products (hsi's tiles on pairs in cache: the 16-bit cube's
+ * covariance needs no float). Not a test. */
 #define _GNU_SOURCE
 #include <cblas.h>
 
 #include "core/threads.h"
+#include "kernels/tiles512.h"
 
 #include "bench_util.h"
 
@@ -85,6 +88,49 @@ static double per_pixel(int op, const float *X, const float *W, int64_t B, int64
     return best;
 }
 
+typedef struct i16_ctx {
+    int64_t B, ldp, nq;
+    int reps;
+} i16_ctx;
+
+/* One thread's share of the integer covariance rate: reps products of the
+ * upper triangle over nq pairs of pixels in cache, as kernels/pca.c's
+ * cov_ints runs them (hsi_c512_rows_i16, columns by 32 up to the diagonal). */
+static hsi_status i16_worker(void *vc, int t, int nt)
+{
+    i16_ctx *c = vc;
+    int64_t B = c->B, ldp = c->ldp;
+    int32_t *P = hsi_aligned_alloc(sizeof(int32_t) * (size_t)(c->nq * ldp));
+    int32_t *acc = hsi_aligned_alloc(sizeof(int32_t) * (size_t)(B * ldp));
+    if (!P || !acc) return HSI_ERR_NOMEM;
+    for (int64_t i = 0; i < c->nq * ldp; i++) P[i] = (int32_t)((i * 7 + t) % 2001) - 1000;
+    for (int r = 0; r < c->reps; r++)
+        for (int64_t j0 = 0, tk; j0 < ldp; j0 += tk) {
+            tk = ldp - j0 > 16 ? 32 : 16;
+            hsi_c512_rows_i16(acc + j0, ldp, P, P + j0, ldp, c->nq, j0 + tk < B ? j0 + tk : B, tk);
+        }
+    hsi_aligned_free(P);
+    hsi_aligned_free(acc);
+    (void)nt;
+    return HSI_OK;
+}
+
+/* Seconds per pixel of the covariance by int16 pair products (VNNI), the
+ * best of 3; 0 when the CPU has no AVX512-VNNI. */
+static double per_pixel_i16(int64_t B, int nt)
+{
+    if (!hsi_c512_vnni_ok()) return 0;
+    i16_ctx c = {B, (B + 15) / 16 * 16, 512, 64};
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t0 = hsi_now();
+        if (hsi_parallel(nt, i16_worker, &c) != HSI_OK) return 0;
+        double dt = (hsi_now() - t0) / (double)(2 * c.nq * c.reps * nt);
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
 static int bound(int64_t B, int64_t N, int64_t K)
 {
     int nt = hsi_threads();
@@ -111,10 +157,13 @@ static int bound(int64_t B, int64_t N, int64_t K)
         double dt = hsi_now() - t0;
         if (dt < tq) tq = dt;
     }
+    double pi = per_pixel_i16(B, nt);
     printf("{\"threads\": %d, \"memcpy_GBps\": %.3f, \"ssyrk_s\": %.5f, \"ssyrk_GFps\": %.2f, "
+           "\"vnni_cov_s\": %.5f, \"vnni_cov_GOPps\": %.2f, "
            "\"sgemm_proj_s\": %.5f, \"sgemm_proj_GFps\": %.2f, \"sgemm_square_GFps\": %.2f}\n",
-           nt, (double)mb / mc / 1e9, ps * (double)N, (double)B * (double)B / ps / 1e9, pg * (double)N,
-           2.0 * (double)K * (double)B / pg / 1e9, 2.0 * n * (double)n * n / tq / 1e9);
+           nt, (double)mb / mc / 1e9, ps * (double)N, (double)B * (double)B / ps / 1e9, pi * (double)N,
+           pi > 0 ? (double)B * (double)B / pi / 1e9 : 0, pg * (double)N, 2.0 * (double)K * (double)B / pg / 1e9,
+           2.0 * n * (double)n * n / tq / 1e9);
     hsi_aligned_free(X);
     hsi_aligned_free(W);
     hsi_aligned_free(m0);

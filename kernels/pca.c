@@ -1,6 +1,7 @@
-/* pca.c — PCA on the CPU: covariance over float blocks of pixels shifted
- * by a first spectrum (AVX-512 register tiles, or ssyrk), each block's
- * product added into double sums
+/* pca.c — PCA on the CPU: covariance over blocks of pixels shifted by a
+ * first spectrum (AVX-512 register tiles, in exact int16 pair products for
+ * raw 8/16-bit bands where the CPU has VNNI, else in float; or ssyrk),
+ * each block's product added into double sums
  * (per thread, BLAS single-threaded inside our workers), eigenpairs by
  * LAPACKE_dsyevr, component choice, sign rule, model file, reference
  * transforms. The fast cube transform is in fused.c. */
