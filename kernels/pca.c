@@ -43,6 +43,7 @@ typedef struct cov_scratch {
     int32_t *pq, *Ci, *isum, *mid; /* ints: pairs of pixels (fill / 2 rounded up, ldc); the
                                       int32 products (nf, ldc); the block's column sums and
                                       midpoints (ldc each) */
+    uint16_t *rw;         /* raw16: the block's raw rows (nf, chunk) */
     int64_t fill;         /* pixels in blk */
 } cov_scratch;
 typedef struct cov_sums {
@@ -58,7 +59,9 @@ typedef struct cov_ctx {
     int64_t ldc;          /* floats between the rows of Cf: nf, or nf rounded up to 16 (tiles) */
     int nt, tiles;        /* tiles: Cf by the AVX-512 register tiles, not ssyrk */
     int ints;             /* tiles on integer features (raw 8/16-bit bands, an integer
-                             shift): blocks whose values fit int16 go by VNNI (cov_ints) */
+                             shift): blocks whose values fit int16 go by VNNI (cov_int_sums) */
+    int raw16;            /* ints on 16-bit rows of samples in native order, no mask: the
+                             blocks are the raw rows (cov_raw16) */
     double *shift;        /* (nf) features of the first selected pixel */
     cov_scratch *thr;     /* (nt) */
     cov_sums *sums;       /* (n_chunks) */
@@ -118,21 +121,21 @@ static void cov_tiles(cov_ctx *c, cov_scratch *p, cov_sums *u, int bm)
     }
 }
 
-/* The block by exact integer products when its values (integers) fit
- * int16 once each feature is shifted by the midpoint of its range in the
- * block, mid (c->ints): pairs of pixels packed from pk (vpdpwssd adds two
- * products into each int32 lane), the int32 sums of z = x - mid spilled
- * into S before they can overflow, every m pairs, m = (2^31 - 1) / (2
- * max|z|^2), then S and s moved back to x (the chunk's shift): x_i x_j =
- * z_i z_j + mid_i z_j + mid_j z_i + mid_i mid_j summed over the block, all
- * exact in double. Returns 0, having added nothing, when a value does not
- * fit or m < 16 (more spills than products: the float tiles then take the
- * block). The choice depends on the block's values only, so the sums keep
- * their bits on any number of threads. */
-static int cov_ints(cov_ctx *c, cov_scratch *p, cov_sums *u)
+/* The block by exact integer products (c->ints): its values are integers
+ * shifted by the midpoint of each feature's range in the block, packed as
+ * int16 pairs of pixels in p->pq (vpdpwssd adds two products into each
+ * int32 lane), with their sums p->isum and the midpoints p->mid, measured
+ * from the chunk's shift; r = max |value - mid| (hsi_c512_pack_i16 and
+ * hsi_c512_pack_rows16). The int32 sums of z = x - mid go into S before
+ * they can overflow, every m pairs, m = (2^31 - 1) / (2 r^2), then S and s
+ * are moved back to x: x_i x_j = z_i z_j + mid_i z_j + mid_j z_i + mid_i
+ * mid_j summed over the block, all exact in double. Returns 0, having
+ * added nothing, when r > 32767 or m < 16 (more spills than products: the
+ * float tiles then take the block). The choice depends on the block's
+ * values only, so the sums keep their bits on any number of threads. */
+static int cov_int_sums(cov_ctx *c, cov_scratch *p, cov_sums *u, uint32_t r)
 {
     int64_t nf = c->nf, fill = p->fill, ldc = c->ldc, nq = (fill + 1) / 2, tk;
-    uint32_t r = hsi_c512_pack_i16(p->pq, ldc, p->isum, p->mid, p->pk, fill, ldc / 16);
     if (r > 32767) return 0;
     int64_t m = r ? INT32_MAX / (2 * (int64_t)r * r) : nq;
     if (m < 16 && m < nq) return 0;
@@ -156,20 +159,40 @@ static int cov_ints(cov_ctx *c, cov_scratch *p, cov_sums *u)
     return 1;
 }
 
+/* Raw 16-bit band rows (c->raw16): the exact integer products straight
+ * from the rows copied out of the cube; 0 when they do not take the block
+ * (cov_int_sums), which is then converted to the shifted floats of blk. */
+static int cov_raw16(cov_ctx *c, cov_scratch *p, cov_sums *u)
+{
+    int64_t nf = c->nf, ch = c->chunk, fill = p->fill;
+    uint32_t r = hsi_c512_pack_rows16(p->pq, c->ldc, p->isum, p->mid, p->rw, ch, nf, fill,
+                                      c->cube->dtype == HSI_I16);
+    if (r <= 32767) {
+        for (int64_t j = 0; j < nf; j++) p->mid[j] -= (int32_t)c->shift[j]; /* from the chunk's shift */
+        if (cov_int_sums(c, p, u, r)) return 1;
+    }
+    int sgn = c->cube->dtype == HSI_I16;
+    for (int64_t j = 0; j < nf; j++) {
+        const uint16_t *x = p->rw + j * ch;
+        float *o = p->blk + j * ch, sh = (float)c->shift[j];
+        for (int64_t k = 0; k < fill; k++) o[k] = (float)(sgn ? (int16_t)x[k] : x[k]) - sh;
+    }
+    return 0;
+}
+
 static void cov_flush(cov_ctx *c, cov_scratch *p, cov_sums *u)
 {
     int64_t nf = c->nf, ch = c->chunk, fill = p->fill, ldc = c->ldc;
     int bm = !hsi_kern_pixel_major_input(c->cube);
     if (fill == 0) return;
+    if (c->raw16 && cov_raw16(c, p, u)) goto done;
     /* shifted values; Cf = X^T X (upper) in float over one block, then
      * added into the double S */
     if (c->tiles) {
         cov_pack(c, p, bm);
-        if (c->ints && cov_ints(c, p, u)) {
-            u->n += fill;
-            p->fill = 0;
-            return;
-        }
+        if (c->ints && !c->raw16 &&
+            cov_int_sums(c, p, u, hsi_c512_pack_i16(p->pq, ldc, p->isum, p->mid, p->pk, fill, ldc / 16)))
+            goto done;
         cov_tiles(c, p, u, bm);
     } else if (bm) /* blk: (nf, fill) row-major, ld ch: Cf = blk blk^T */
         cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)nf, (int)fill, 1.0f, p->blk, (int)ch, 0.0f,
@@ -186,6 +209,7 @@ static void cov_flush(cov_ctx *c, cov_scratch *p, cov_sums *u)
         cblas_sgemv(CblasRowMajor, CblasTrans, (int)fill, (int)nf, 1.0f, p->blk, (int)nf, p->ones, 1, 0.0f,
                     p->colsum, 1);
     for (int64_t j = 0; j < nf; j++) u->s[j] += p->colsum[j];
+done:
     u->n += fill;
     p->fill = 0;
 }
@@ -204,7 +228,15 @@ static void cov_lines(cov_ctx *c, int64_t k, int t, int64_t y0, int64_t y1)
             /* band-major block (nf, ch) for row inputs (BSQ, BIL): no
              * transposition; pixel-major (ch, nf) for spectra inputs (BIP) */
             float *dst = bm ? p->blk + p->fill : p->blk + p->fill * nf;
-            hsi_kern_load_f32(dst, bm ? ch : nf, bm, cube, &c->pp, y, s0, np, p->scr);
+            if (c->raw16) { /* the raw rows, converted only if the ints refuse the block */
+                const uint8_t *row = (const uint8_t *)cube->buf->data + cube->offset + y * cube->strides[1] +
+                                     s0 * cube->strides[2];
+                for (int64_t j = 0; j < nf; j++)
+                    memcpy(p->rw + j * ch + p->fill, row + (c->pp.bands ? c->pp.bands[j] : j) * cube->strides[0],
+                           sizeof(uint16_t) * (size_t)np);
+            } else {
+                hsi_kern_load_f32(dst, bm ? ch : nf, bm, cube, &c->pp, y, s0, np, p->scr);
+            }
             if (c->mask) { /* keep the selected pixels only */
                 const uint8_t *mk = c->mask + y * S + s0;
                 int64_t q2 = 0;
@@ -292,6 +324,7 @@ static void cov_ctx_free(cov_ctx *c)
         hsi_aligned_free(c->thr[t].Ci);
         hsi_aligned_free(c->thr[t].isum);
         hsi_aligned_free(c->thr[t].mid);
+        hsi_aligned_free(c->thr[t].rw);
     }
     for (int64_t k = 0; c->sums && k < c->n_chunks; k++) {
         free(c->sums[k].S);
@@ -307,7 +340,7 @@ static void cov_ctx_free(cov_ctx *c)
 
 /* 1 when the features are a cube's raw 8- or 16-bit integers (a band
  * selection, no scaling, fill or l2): shifted by the first pixel's, they
- * are integers (|x| < 2^17, exact in float) for cov_ints. */
+ * are integers (|x| < 2^17, exact in float) for cov_int_sums. */
 static int int_features(const hsi_view *cube, const hsi_norm *n)
 {
     hsi_dtype dt = cube->dtype;
@@ -345,6 +378,8 @@ static hsi_status cov_ctx_init(cov_ctx *c, const hsi_view *cube, const hsi_norm 
     c->tiles = hsi_kern_tiles() && c->chunk * nf < INT32_MAX;
     c->ldc = c->tiles ? (nf + 15) / 16 * 16 : nf;
     c->ints = c->tiles && hsi_kern_ints() && int_features(cube, norm);
+    c->raw16 = c->ints && (cube->dtype == HSI_U16 || cube->dtype == HSI_I16) && !cube->swapped &&
+               !mask && cube->strides[2] == 2 && !hsi_kern_pixel_major_input(cube);
     c->shift = calloc((size_t)nf + 1, sizeof(double));
     scr = malloc(sizeof(double) * (size_t)hsi_kern_scratch_len(cube, 1, nf));
     c->thr = calloc((size_t)nt, sizeof(cov_scratch));
@@ -372,8 +407,9 @@ static hsi_status cov_ctx_init(cov_ctx *c, const hsi_view *cube, const hsi_norm 
             p->isum = hsi_aligned_alloc(sizeof(int32_t) * (size_t)c->ldc);
             p->mid = hsi_aligned_alloc(sizeof(int32_t) * (size_t)c->ldc);
         }
+        if (c->raw16) p->rw = hsi_aligned_alloc(sizeof(uint16_t) * (size_t)(c->chunk * nf));
         if (!p->blk || !p->scr || !p->Cf || (c->tiles && (!p->pk || !p->off)) ||
-            (c->ints && (!p->pq || !p->Ci || !p->isum || !p->mid))) {
+            (c->ints && (!p->pq || !p->Ci || !p->isum || !p->mid)) || (c->raw16 && !p->rw)) {
             st = HSI_FAIL(HSI_ERR_NOMEM, "covariance: cannot allocate a %lld x %lld block per thread",
                           (long long)c->chunk, (long long)nf);
             goto cleanup;

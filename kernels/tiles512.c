@@ -368,6 +368,98 @@ I5_TARGET uint32_t hsi_c512_pack_i16(int32_t *P, int64_t ldp, int32_t *colsum, i
     return (uint32_t)_mm512_reduce_max_epu32(big);
 }
 
+/* r[i] (16 rows of 16 int32) becomes its transpose */
+I5_INLINE void i5_transpose16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 4; k++) {
+            t[8 * i + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
+            t[8 * i + 4 + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
+        }
+    for (int k = 0; k < 8; k++) {
+        r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
+        r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
+    }
+}
+
+I5_TARGET uint32_t hsi_c512_pack_rows16(int32_t *P, int64_t ldp, int32_t *colsum, int32_t *mid,
+                                        const uint16_t *raw, int64_t ld, int64_t nf, int64_t fill,
+                                        int is_signed)
+{
+    uint32_t big = 0;
+    /* each row's range: mid its midpoint, |x - mid| at most half of it */
+    for (int64_t j = 0; j < nf; j++) {
+        const uint16_t *x = raw + j * ld;
+        int32_t lo, hi;
+        if (is_signed) {
+            int16_t a = (int16_t)x[0], b = a;
+            for (int64_t k = 1; k < fill; k++) {
+                int16_t v = (int16_t)x[k];
+                a = v < a ? v : a;
+                b = v > b ? v : b;
+            }
+            lo = a, hi = b;
+        } else {
+            uint16_t a = x[0], b = a;
+            for (int64_t k = 1; k < fill; k++) {
+                a = x[k] < a ? x[k] : a;
+                b = x[k] > b ? x[k] : b;
+            }
+            lo = a, hi = b;
+        }
+        mid[j] = (lo + hi) >> 1;
+        uint32_t r = (uint32_t)(hi - mid[j] > mid[j] - lo ? hi - mid[j] : mid[j] - lo);
+        big = r > big ? r : big;
+    }
+    if (big > 32767) return big;
+    for (int64_t j = nf; j < ldp; j++) mid[j] = 0;
+    const __m512i ones = _mm512_set1_epi16(1);
+    int64_t full = fill / 32 * 32; /* pixels in whole 16 x 16 blocks of pairs */
+    for (int64_t j0 = 0; j0 < ldp; j0 += 16) {
+        __m512i r[16], sum[16], m[16];
+        for (int i = 0; i < 16; i++) {
+            sum[i] = _mm512_setzero_si512();
+            m[i] = _mm512_set1_epi16((short)mid[j0 + i]);
+        }
+        for (int64_t k0 = 0; k0 < full; k0 += 32) {
+            /* 16 rows of 32 values: 16 pairs each, x - mid in 16-bit lanes
+             * (exact: |x - mid| <= 32767), then pair-major by the transpose */
+            for (int i = 0; i < 16; i++) {
+                r[i] = j0 + i < nf ? _mm512_sub_epi16(_mm512_loadu_si512(raw + (j0 + i) * ld + k0), m[i])
+                                   : _mm512_setzero_si512();
+                sum[i] = _mm512_add_epi32(sum[i], _mm512_madd_epi16(r[i], ones));
+            }
+            i5_transpose16(r);
+            for (int i = 0; i < 16; i++) _mm512_storeu_si512(P + (k0 / 2 + i) * ldp + j0, r[i]);
+        }
+        for (int i = 0; i < 16; i++) {
+            int64_t j = j0 + i;
+            int32_t s = _mm512_reduce_add_epi32(sum[i]);
+            for (int64_t k = full; k < fill + (fill & 1); k += 2) {
+                int32_t z0 = j < nf ? (is_signed ? (int16_t)raw[j * ld + k] : raw[j * ld + k]) - mid[j] : 0;
+                int32_t z1 = j < nf && k + 1 < fill
+                                 ? (is_signed ? (int16_t)raw[j * ld + k + 1] : raw[j * ld + k + 1]) - mid[j]
+                                 : 0;
+                s += z0 + z1;
+                P[k / 2 * ldp + j] = (int32_t)((uint32_t)(z0 & 0xffff) | (uint32_t)z1 << 16);
+            }
+            colsum[j] = s;
+        }
+    }
+    return big;
+}
+
 #else /* not x86-64: never called (hsi_c512_cpu_ok is 0) */
 
 int hsi_c512_cpu_ok(void) { return 0; }
@@ -400,6 +492,14 @@ uint32_t hsi_c512_pack_i16(int32_t *P, int64_t ldp, int32_t *colsum, int32_t *mi
                            int64_t fill, int64_t nb)
 {
     (void)P, (void)ldp, (void)colsum, (void)mid, (void)pk, (void)fill, (void)nb;
+    return UINT32_MAX;
+}
+uint32_t hsi_c512_pack_rows16(int32_t *P, int64_t ldp, int32_t *colsum, int32_t *mid,
+                              const uint16_t *raw, int64_t ld, int64_t nf, int64_t fill,
+                              int is_signed)
+{
+    (void)P, (void)ldp, (void)colsum, (void)mid, (void)raw, (void)ld, (void)nf, (void)fill,
+        (void)is_signed;
     return UINT32_MAX;
 }
 void hsi_c512_rows_i16(int32_t *acc, int64_t ld, const int32_t *a, const int32_t *b, int64_t lda,

@@ -75,6 +75,14 @@ void hsi_c512_rows_i16(int32_t *acc, int64_t ld, const int32_t *a, const int32_t
 uint32_t hsi_c512_pack_i16(int32_t *P, int64_t ldp, int32_t *colsum, int32_t *mid, const float *pk,
                            int64_t fill, int64_t nb);
 
+/* The same from nf rows of 16-bit integers (row j at raw + j ld, fill
+ * values, int16 when is_signed else uint16), the layout of band-major
+ * blocks of a BSQ or BIL cube: mid, P (lanes nf .. ldp - 1 zero), colsum
+ * and the return value as above, mid and colsum with ldp entries. */
+uint32_t hsi_c512_pack_rows16(int32_t *P, int64_t ldp, int32_t *colsum, int32_t *mid,
+                              const uint16_t *raw, int64_t ld, int64_t nf, int64_t fill,
+                              int is_signed);
+
 #ifdef __cplusplus
 }
 #endif
