@@ -195,11 +195,11 @@ if g.get("device") or t.get("device"):
     print("  device: hsi %s | torch %s (torch %s, CUDA %s, cuDNN %s)"
           % (g.get("device", "?"), t.get("device", "?"), t.get("torch", "?"),
              t.get("torch_cuda", "?"), t.get("cudnn", "?")))
-for k in ("h2d_pinned_gbps", "h2d_pageable_gbps", "device_memcpy_gbps",
+for k in ("h2d_pinned_gbps", "h2d_pageable_gbps", "device_memcpy_gbps", "sgemm_fp32_gflops",
           "gpu_stats_device_bsq_gbps", "gpu_stats_device_bip_gbps",
           "gpu_fused_device_bsq_in_gbps", "gpu_fused_device_bip_in_gbps",
           "gpu_fused_device_bsq_inout_gbps", "gpu_fused_device_bip_inout_gbps",
-          "gpu_fused_host_to_host_gbps", "cpu_fused_gbps", "fused_gpu_cpu_max_abs_diff_rel",
+          "gpu_fused_host_to_host_gbps", "gpu_fused_host_to_host_first_gbps", "cpu_fused_gbps", "fused_gpu_cpu_max_abs_diff_rel",
           "gpu_patches_samples_per_s", "cnn2d_device_epoch_samples_per_s"):
     if k in g:
         print("  %-34s %s" % (k, g[k]))
@@ -207,6 +207,9 @@ if g.get("device_memcpy_gbps"):
     for k in ("gpu_fused_device_bsq_inout_gbps", "gpu_fused_device_bip_inout_gbps"):
         if k in g:
             print("  %-34s %.0f%% of device memcpy (aim >= 70%%)" % (k, 100 * g[k] / g["device_memcpy_gbps"]))
+for k in ("gpu_fused_device_bsq_of_bound", "gpu_fused_device_bip_of_bound"):
+    if k in g:
+        print("  %-34s %.0f%% of its bound (the slower of the copy rate and the FP32 sgemm rate)" % (k, 100 * g[k]))
 if "h2d_pinned_gbps" in t and "h2d_pageable_gbps" in t:
     print("  torch h2d pinned / pageable GB/s   %.1f / %.1f" % (t["h2d_pinned_gbps"], t["h2d_pageable_gbps"]))
 cfg = g.get("train_config", {})
@@ -292,11 +295,11 @@ if [ "$MODE" = local ]; then
             # shellcheck disable=SC2016
             CUDA_HOME=$(make -s --no-print-directory --eval 'print-cudahome: ; @echo $(CUDA_HOME)' print-cudahome)
             t=$SECS
-            # beside build/libhsi_cuda.so (libhsi finds the plugin there); gpu_bench also calls cudart
+            # beside build/libhsi_cuda.so (libhsi finds the plugin there); gpu_bench also calls cudart and cuBLAS
             # shellcheck disable=SC2086 # word lists
             timed $(( BUDGET[build] - t )) "$O/build_gpu_bench.log" cc $CFLAGS -I"$CUDA_HOME/include" \
                 -rdynamic bench/gpu_bench.c build/libhsi.a $LDLIBS -L"$CUDA_HOME/lib64" \
-                -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -o build/gpu_bench
+                -Wl,-rpath,"$CUDA_HOME/lib64" -lcublas -lcudart -o build/gpu_bench
             cat "$O/build_gpu_bench.log" >> "$O/build.log"
             SECS=$(( SECS + t ))
         fi

@@ -40,7 +40,8 @@ make --no-print-directory -s BUILD=$G -j"$JOBS" $G/libhsi.a $G/libhsi_cuda.so $G
 test -f $G/libhsi_cuda.so || { echo "gpu_prepare: the build has no CUDA plugin" >&2; exit 1; }
 rm -rf "$R" && mkdir -p "$R/lib"
 # CUDA is the plugin beside the programs (found there by libhsi); they
-# export libhsi's symbols to it (-rdynamic). gpu_bench also calls cudart.
+# export libhsi's symbols to it (-rdynamic). gpu_bench also calls cudart and
+# cuBLAS (the sgemm rate).
 cp $G/libhsi_cuda.so $G/hsi $R/
 # shellcheck disable=SC2086 # CFLAGS and LDLIBS are word lists
 # runner.c's PNG readers call GDAL: bench/gpu_tests_nogdal.c stands in for it
@@ -48,7 +49,7 @@ cc $CFLAGS -rdynamic tests/runner.c tests/test_cuda.c tests/test_backend_ops.c t
     bench/gpu_tests_nogdal.c $G/libhsi.a -Wl,--as-needed -lcunit $LDLIBS -o $R/gpu_tests
 # shellcheck disable=SC2086
 cc $CFLAGS -I"$CUDA_HOME/include" -rdynamic bench/gpu_bench.c $G/libhsi.a -Wl,--as-needed $LDLIBS \
-    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -o $R/gpu_bench
+    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcublas -lcudart -o $R/gpu_bench
 # libraries: everything but the C runtime and CUDA's own (the GPU image has both)
 for bin in $R/gpu_tests $R/gpu_bench $R/hsi $R/libhsi_cuda.so; do
     if ldd "$bin" | grep -q "not found"; then

@@ -64,7 +64,8 @@ void hsi_cuda_free(void *p); /* NULL is fine; p must come from hsi_cuda_malloc *
 /* A HSI_BUF_DEVICE hsi_buffer (refcount 1) whose memory comes from the
  * cache and goes back to it on the last release. Not zeroed. */
 hsi_status hsi_cuda_buffer(hsi_buffer **out, size_t size);
-/* Returns every cached (free) block to the driver. */
+/* Returns every cached (free) block to the driver, device memory and the
+ * page-locked host staging blocks. */
 void hsi_cuda_cache_trim(void);
 
 typedef struct hsi_cuda_mem_stats {

@@ -51,6 +51,10 @@ static inline cudaStream_t hsi_cu_stream(void) { return (cudaStream_t)hsi_cuda_s
 /* This thread's cuBLAS handle, bound to this thread's stream (created on
  * first use; HSI_ERR_CUDA when cublasCreate fails). */
 hsi_status hsi_cu_cublas(cublasHandle_t *out, const char *what);
+/* Page-locked host memory from a cache (kernels/cuda_mem.cu): free a block
+ * only once no copy uses it any more. "<what>: ..." on failure. */
+hsi_status hsi_cu_pinned_alloc(void **out, size_t n, const char *what);
+void hsi_cu_pinned_free(void *p);
 
 /* Blocks for a grid-stride loop over n items with `threads` per block. */
 static inline unsigned hsi_cu_blocks(int64_t n, int threads)
@@ -143,6 +147,61 @@ template <bool AL> __device__ __forceinline__ double hsi_cu_raw(const unsigned c
 
 /* A cube as the kernels see it: element (b, l, s) at
  * base + b*sb + l*sl + s*ss (bytes, any sign), lines relative to a tile. */
+/* Element loaders: one value of the cube as float (get) or double (getd;
+ * exact for every dtype). The common dtypes of
+ * an aligned cube get their own (no per-element dtype switch, no double);
+ * fx_any<AL> takes every dtype, aligned or not, through hsi_cu_raw. The
+ * values are the same either way. */
+struct fx_u8 {
+    static __device__ __forceinline__ float get(const unsigned char *p, int, int) { return (float)p[0]; }
+    static __device__ __forceinline__ double getd(const unsigned char *p, int dt, int sw) { return get(p, dt, sw); }
+};
+struct fx_u16 {
+    static __device__ __forceinline__ float get(const unsigned char *p, int, int sw)
+    {
+        uint16_t v = *(const uint16_t *)p;
+        return (float)(sw ? hsi_cu_bswap16(v) : v);
+    }
+    static __device__ __forceinline__ double getd(const unsigned char *p, int dt, int sw) { return get(p, dt, sw); }
+};
+struct fx_i16 {
+    static __device__ __forceinline__ float get(const unsigned char *p, int, int sw)
+    {
+        uint16_t v = *(const uint16_t *)p;
+        return (float)(int16_t)(sw ? hsi_cu_bswap16(v) : v);
+    }
+    static __device__ __forceinline__ double getd(const unsigned char *p, int dt, int sw) { return get(p, dt, sw); }
+};
+struct fx_f32 {
+    static __device__ __forceinline__ float get(const unsigned char *p, int, int sw)
+    {
+        uint32_t v = *(const uint32_t *)p;
+        return __uint_as_float(sw ? hsi_cu_bswap32(v) : v);
+    }
+    static __device__ __forceinline__ double getd(const unsigned char *p, int dt, int sw) { return get(p, dt, sw); }
+};
+template <bool AL> struct fx_any {
+    static __device__ __forceinline__ float get(const unsigned char *p, int dt, int sw)
+    {
+        return (float)hsi_cu_raw<AL>(p, dt, sw);
+    }
+    static __device__ __forceinline__ double getd(const unsigned char *p, int dt, int sw)
+    {
+        return hsi_cu_raw<AL>(p, dt, sw);
+    }
+};
+
+/* Calls LAUNCH(loader type) with the loader for the tile dc. */
+#define HSI_CU_BY_LOADER(dc, LAUNCH)                                                    \
+    do {                                                                           \
+        if ((dc).aligned && (dc).dtype == HSI_U8) LAUNCH(fx_u8);                   \
+        else if ((dc).aligned && (dc).dtype == HSI_U16) LAUNCH(fx_u16);            \
+        else if ((dc).aligned && (dc).dtype == HSI_I16) LAUNCH(fx_i16);            \
+        else if ((dc).aligned && (dc).dtype == HSI_F32) LAUNCH(fx_f32);            \
+        else if ((dc).aligned) LAUNCH(fx_any<true>);                               \
+        else LAUNCH(fx_any<false>);                                                \
+    } while (0)
+
 typedef struct hsi_cu_cube {
     const unsigned char *base;
     int64_t sb, sl, ss;

@@ -87,8 +87,7 @@ hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile
     T->n_tiles = (L + tile_lines - 1) / tile_lines;
     T->cap = tile_bytes(cube, T->mode, tile_lines, &T->pitch);
     for (int s = 0; s < 2 && s < T->n_tiles; s++) {
-        HSI_CU_RET(cudaHostAlloc((void **)&T->pinned[s], T->cap, cudaHostAllocDefault),
-                   "cube staging: pinned buffer");
+        HSI_CU_TRY(hsi_cu_pinned_alloc((void **)&T->pinned[s], T->cap, "cube staging"));
         HSI_CU_TRY(hsi_cuda_malloc(&T->dev[s], T->cap));
         HSI_CU_RET(cudaEventCreateWithFlags(&T->copied[s], cudaEventDisableTiming),
                    "cube staging: event");
@@ -223,7 +222,7 @@ void hsi_cu_tiler_free(hsi_cu_tiler *T)
             cudaEventSynchronize(T->copied[s]);
             cudaEventDestroy(T->copied[s]);
         }
-        if (T->pinned[s]) cudaFreeHost(T->pinned[s]);
+        hsi_cu_pinned_free(T->pinned[s]);
         hsi_cuda_free(T->dev[s]);
     }
     memset(T, 0, sizeof *T);

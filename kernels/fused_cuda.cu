@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/threads.h"
 #include "kernels/cuda_internal.h"
 #include "kernels/kern_internal.h"
 
@@ -22,7 +23,7 @@ typedef struct fused_coef {
 
 /* Pixel p of the tile (p = line * n_samples + sample) -> X[p*xs_p + j*xs_j]
  * for the nf selected bands. */
-template <bool AL>
+template <typename LD>
 __global__ void fused_prep(float *X, int64_t xs_p, int64_t xs_j, hsi_cu_cube c, fused_coef k,
                            int64_t nf, int has_fill, int has_ig, float ig, int l2)
 {
@@ -34,7 +35,7 @@ __global__ void fused_prep(float *X, int64_t xs_p, int64_t xs_j, hsi_cu_cube c, 
         float *xo = X + p * xs_p;
         float acc = 0.0f;
         for (int64_t j = 0; j < nf; j++) {
-            float x = (float)hsi_cu_raw<AL>(px + k.bands[j] * c.sb, c.dtype, c.swapped);
+            float x = LD::get(px + k.bands[j] * c.sb, c.dtype, c.swapped);
             if (has_fill && (x != x || (has_ig && x == ig))) x = k.fl[j];
             float y = k.sc[j] * (x - k.ce[j]) + k.of[j];
             acc += y * y;
@@ -45,6 +46,146 @@ __global__ void fused_prep(float *X, int64_t xs_p, int64_t xs_j, hsi_cu_cube c, 
             for (int64_t j = 0; j < nf; j++) xo[j * xs_j] = xo[j * xs_j] * r - k.su[j];
         }
     }
+}
+
+/* The normalisation and the projection in one kernel (no l2): one thread
+ * per PX pixels (blockDim apart, so a warp's loads stay coalesced on BSQ/BIL)
+ * normalises each selected band as fused_prep does and adds it, times the
+ * band's row of W, into KC float accumulators per pixel (bands in order),
+ * then writes the k <= KC components to C[p*cs_p + c*cs_j]. W (nf x KC,
+ * zero-padded), the band coefficients {scale, centre, offset, fill} and the
+ * band offsets sit in shared memory; the grid strides over the pixels so
+ * each block loads them once. */
+#define FX_THREADS 256
+template <typename LD, int KC, int PX>
+__global__ void __launch_bounds__(FX_THREADS)
+fused_proj(float *C, int64_t cs_p, int64_t cs_j, hsi_cu_cube c, fused_coef k, const float *W,
+           int nf, int kc, int has_fill, int has_ig, float ig)
+{
+    extern __shared__ float4 fx_sh4[];
+    float4 *co = fx_sh4;                 /* (nf): sc, ce, of, fl */
+    float *w = (float *)(co + nf);       /* (nf, KC) */
+    int64_t *boff = (int64_t *)(w + nf * KC); /* nf * KC is a multiple of 8 */
+    for (int i = threadIdx.x; i < nf * KC; i += blockDim.x) {
+        int j = i / KC, q = i - j * KC;
+        w[i] = q < kc ? W[(int64_t)q * nf + j] : 0.0f;
+    }
+    for (int j = threadIdx.x; j < nf; j += blockDim.x) {
+        co[j] = make_float4(k.sc[j], k.ce[j], k.of[j], k.fl[j]);
+        boff[j] = k.bands[j] * c.sb;
+    }
+    __syncthreads();
+    const int64_t npix = c.n_lines * c.n_samples, step = (int64_t)gridDim.x * blockDim.x * PX;
+    for (int64_t p0 = (int64_t)blockIdx.x * blockDim.x * PX + threadIdx.x; p0 < npix; p0 += step) {
+        const unsigned char *px[PX];
+        bool live[PX];
+#pragma unroll
+        for (int u = 0; u < PX; u++) {
+            int64_t p = p0 + (int64_t)u * blockDim.x;
+            live[u] = p < npix;
+            if (!live[u]) p = p0; /* a valid pixel, its result dropped */
+            int64_t l = p / c.n_samples, s = p - l * c.n_samples;
+            px[u] = c.base + l * c.sl + s * c.ss;
+        }
+        float acc[PX][KC];
+#pragma unroll
+        for (int u = 0; u < PX; u++)
+#pragma unroll
+            for (int q = 0; q < KC; q++) acc[u][q] = 0.0f;
+#pragma unroll 2
+        for (int j = 0; j < nf; j++) {
+            const float4 cf = co[j];
+            const int64_t bo = boff[j];
+            float y[PX];
+#pragma unroll
+            for (int u = 0; u < PX; u++) {
+                float x = LD::get(px[u] + bo, c.dtype, c.swapped);
+                if (has_fill && (x != x || (has_ig && x == ig))) x = cf.w;
+                y[u] = cf.x * (x - cf.y) + cf.z;
+            }
+            const float4 *wr = (const float4 *)(w + j * KC);
+#pragma unroll
+            for (int q = 0; q < KC / 4; q++) {
+                const float4 v = wr[q];
+#pragma unroll
+                for (int u = 0; u < PX; u++) {
+                    acc[u][4 * q] = fmaf(v.x, y[u], acc[u][4 * q]);
+                    acc[u][4 * q + 1] = fmaf(v.y, y[u], acc[u][4 * q + 1]);
+                    acc[u][4 * q + 2] = fmaf(v.z, y[u], acc[u][4 * q + 2]);
+                    acc[u][4 * q + 3] = fmaf(v.w, y[u], acc[u][4 * q + 3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < PX; u++) {
+            if (!live[u]) continue;
+            float *o = C + (p0 + (int64_t)u * blockDim.x) * cs_p;
+#pragma unroll
+            for (int q = 0; q < KC; q++)
+                if (q < kc) o[q * cs_j] = acc[u][q];
+        }
+    }
+}
+
+/* Shared bytes of fused_proj for nf bands and KC accumulators. */
+static size_t fx_shared_bytes(int64_t nf, int kc_pad)
+{
+    return sizeof(float) * (size_t)(4 * nf + nf * kc_pad) + sizeof(int64_t) * (size_t)nf;
+}
+
+/* The accumulators fused_proj uses for k components (0: k too large). */
+static int fx_kc(int64_t k) { return k <= 8 ? 8 : k <= 16 ? 16 : k <= 32 ? 32 : k <= 64 ? 64 : 0; }
+
+template <typename LD, int KC, int PX>
+static hsi_status fx_launch_kc(float *C, int64_t cs_p, int64_t cs_j, const hsi_cu_cube &dc,
+                               const fused_coef &kc, const float *W, int64_t nf, int64_t k,
+                               int has_fill, int has_ig, float ig, size_t shb)
+{
+    const char *what = "fused pass (CUDA): projection kernel";
+    if (shb > 48 * 1024)
+        HSI_CU_RET(cudaFuncSetAttribute(fused_proj<LD, KC, PX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)shb), what);
+    int dev = 0, nsm = 1, per = 1;
+    HSI_CU_RET(cudaGetDevice(&dev), what);
+    HSI_CU_RET(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev), what);
+    HSI_CU_RET(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, fused_proj<LD, KC, PX>, FX_THREADS, shb), what);
+    int64_t npix = dc.n_lines * dc.n_samples, need = (npix + FX_THREADS * PX - 1) / (FX_THREADS * PX);
+    int64_t grid = (int64_t)nsm * (per > 0 ? per : 1);
+    if (grid > need) grid = need > 0 ? need : 1;
+    fused_proj<LD, KC, PX><<<(unsigned)grid, FX_THREADS, shb, hsi_cu_stream()>>>(
+        C, cs_p, cs_j, dc, kc, W, (int)nf, (int)k, has_fill, has_ig, ig);
+    HSI_CU_LAUNCHED(what);
+    return HSI_OK;
+}
+
+/* The tile's normalisation and projection by fused_proj; *done = 0 (and
+ * nothing launched) when it does not take the call: k over 64, or W and the
+ * coefficients beyond the device's shared memory per block. */
+static hsi_status fx_project(int *done, float *C, int64_t cs_p, int64_t cs_j, const hsi_cu_cube &dc,
+                             const fused_coef &kc, const float *W, int64_t nf, int64_t k,
+                             int has_fill, int has_ig, float ig)
+{
+    *done = 0;
+    int kp = fx_kc(k), dev = 0, optin = 48 * 1024;
+    if (!kp || nf > INT32_MAX / 64) return HSI_OK;
+    size_t shb = fx_shared_bytes(nf, kp);
+    HSI_CU_RET(cudaGetDevice(&dev), "fused pass (CUDA): device");
+    HSI_CU_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+               "fused pass (CUDA): shared memory per block");
+    if (shb > (size_t)optin) return HSI_OK;
+    *done = 1;
+#define FX_KC(L, KC_) return fx_launch_kc<L, KC_, KC_ <= 32 ? 2 : 1>(C, cs_p, cs_j, dc, kc, W, nf, k, has_fill, has_ig, ig, shb)
+#define FX_L(L)                                                                    \
+    do {                                                                           \
+        if (kp == 8) FX_KC(L, 8);                                                  \
+        if (kp == 16) FX_KC(L, 16);                                                \
+        if (kp == 32) FX_KC(L, 32);                                                \
+        FX_KC(L, 64);                                                              \
+    } while (0)
+    HSI_CU_BY_LOADER(dc, FX_L);
+#undef FX_L
+#undef FX_KC
+    return HSI_OK;
 }
 
 /* The per-band coefficients of norm on the device (*coef_d: bands as int64,
@@ -94,6 +235,32 @@ typedef struct fused_state {
     int64_t pending_l0[2], pending_n[2]; /* tiles whose output waits in Y_h */
 } fused_state;
 
+/* The copy of a finished output tile into the host array, cut between
+ * threads (a tile is tens of MiB, often into fresh pages). */
+typedef struct emit_job {
+    float *out;
+    const float *y;
+    int64_t L, S, l0, npix, no;
+    int pm;
+} emit_job;
+
+static hsi_status emit_part(void *ctx, int t, int nt)
+{
+    const emit_job *e = (const emit_job *)ctx;
+    int64_t a, b;
+    if (e->pm) { /* one span */
+        hsi_split_range(e->npix * e->no, t, nt, &a, &b);
+        memcpy(e->out + e->l0 * e->S * e->no + a, e->y + a, sizeof(float) * (size_t)(b - a));
+        return HSI_OK;
+    }
+    /* one span per component: each thread its share of every component */
+    hsi_split_range(e->npix, t, nt, &a, &b);
+    for (int64_t j = 0; j < e->no; j++)
+        memcpy(e->out + j * e->L * e->S + e->l0 * e->S + a, e->y + j * e->npix + a,
+               sizeof(float) * (size_t)(b - a));
+    return HSI_OK;
+}
+
 /* Hands the finished output tile of slot s to the sink or the host array. */
 static hsi_status fused_emit(fused_state *F, int s, float *out, int64_t L, int64_t S, int64_t no,
                              int pm, const hsi_fused_opts *o)
@@ -105,13 +272,10 @@ static hsi_status fused_emit(fused_state *F, int s, float *out, int64_t L, int64
     const float *y = F->Y_h[s];
     int64_t npix = n * S;
     if (o->sink) return o->sink(o->sink_ctx, y, l0, n, no, S, pm);
-    if (pm) {
-        memcpy(out + l0 * S * no, y, sizeof(float) * (size_t)(npix * no));
-    } else {
-        for (int64_t j = 0; j < no; j++)
-            memcpy(out + j * L * S + l0 * S, y + j * npix, sizeof(float) * (size_t)npix);
-    }
-    return HSI_OK;
+    emit_job ej = {out, y, L, S, l0, npix, no, pm};
+    size_t bytes = sizeof(float) * (size_t)(npix * no);
+    int nt = (int)(bytes >> 22) + 1, m = hsi_threads();
+    return hsi_parallel(nt < m ? nt : m, emit_part, &ej);
 }
 
 static hsi_status fused_main(fused_state *F, float *out, int out_dev, const hsi_view *cube,
@@ -139,13 +303,11 @@ static hsi_status fused_main(fused_state *F, float *out, int out_dev, const hsi_
     }
     HSI_CU_TRY(hsi_cu_tiler_init(&F->T, cube, o->tile_lines));
     int64_t tl = F->T.tile_lines, tpix = tl * S;
-    if (pca) HSI_CU_TRY(hsi_cuda_malloc((void **)&F->X_d, sizeof(float) * (size_t)(nb * tpix)));
     if (!out_dev)
         for (int s = 0; s < 2; s++) {
             size_t yb = sizeof(float) * (size_t)(no * tpix);
             HSI_CU_TRY(hsi_cuda_malloc((void **)&F->Y_d[s], yb));
-            HSI_CU_RET(cudaHostAlloc((void **)&F->Y_h[s], yb, cudaHostAllocDefault),
-                       "fused pass (CUDA): pinned output buffer");
+            HSI_CU_TRY(hsi_cu_pinned_alloc((void **)&F->Y_h[s], yb, "fused pass (CUDA): output tiles"));
             HSI_CU_RET(cudaEventCreateWithFlags(&F->done[s], cudaEventDisableTiming),
                        "fused pass (CUDA): event");
             F->done_live[s] = 1;
@@ -172,17 +334,23 @@ static hsi_status fused_main(fused_state *F, float *out, int out_dev, const hsi_
             cs_p = pm ? no : 1;
             cs_j = pm ? 1 : npix;
         }
+        int fused = 0;
+        if (pca && !l2 && npix > 0)
+            HSI_CU_TRY(fx_project(&fused, C, cs_p, cs_j, dc, kc, F->W_d, nb, k, has_fill,
+                                  norm->has_ignore, ig));
+        if (pca && !fused && !F->X_d) /* the features, for the sgemm */
+            HSI_CU_TRY(hsi_cuda_malloc((void **)&F->X_d, sizeof(float) * (size_t)(nb * tpix)));
         float *X = pca ? F->X_d : C;
         int64_t xs_p = pca ? 1 : cs_p, xs_j = pca ? npix : cs_j;
         unsigned grid = hsi_cu_blocks(npix, FUSED_THREADS);
-        if (dc.aligned)
-            fused_prep<true><<<grid, FUSED_THREADS, 0, hsi_cu_stream()>>>(
-                X, xs_p, xs_j, dc, kc, nb, has_fill, norm->has_ignore, ig, l2);
-        else
-            fused_prep<false><<<grid, FUSED_THREADS, 0, hsi_cu_stream()>>>(
-                X, xs_p, xs_j, dc, kc, nb, has_fill, norm->has_ignore, ig, l2);
-        HSI_CU_LAUNCHED("fused pass (CUDA): normalisation kernel");
-        if (pca && npix > 0) {
+#define FX_PREP(L) fused_prep<L><<<grid, FUSED_THREADS, 0, hsi_cu_stream()>>>(X, xs_p, xs_j, dc, kc, nb, \
+                                                                               has_fill, norm->has_ignore, ig, l2)
+        if (!fused) {
+            HSI_CU_BY_LOADER(dc, FX_PREP);
+            HSI_CU_LAUNCHED("fused pass (CUDA): normalisation kernel");
+        }
+#undef FX_PREP
+        if (pca && npix > 0 && !fused) {
             const float one = 1.0f, zero = 0.0f;
             /* X: (nf, npix) row-major = column-major (npix x nf), ld npix.
              * W: (k, nf) row-major = column-major (nf x k), ld nf. */
@@ -256,7 +424,7 @@ extern "C" hsi_status hsi_fused_run_cuda(float *out, int out_on_device, const hs
             cudaEventSynchronize(F.done[s]);
             cudaEventDestroy(F.done[s]);
         }
-        if (F.Y_h[s]) cudaFreeHost(F.Y_h[s]);
+        hsi_cu_pinned_free(F.Y_h[s]);
         hsi_cuda_free(F.Y_d[s]);
     }
     hsi_cuda_free(F.X_d);
@@ -366,12 +534,10 @@ static hsi_status cov_main(cov_state *V, double *mean, double *cov, int64_t *n_u
         HSI_CU_TRY(hsi_cu_tiler_load(&V->T, s, l0, l1, &dc));
         unsigned grid = hsi_cu_blocks(npix, FUSED_THREADS);
         /* X: (nf, npix) row-major = column-major (npix x nf), ld npix */
-        if (dc.aligned)
-            fused_prep<true><<<grid, FUSED_THREADS, 0, hsi_cu_stream()>>>(
-                V->X_d, 1, npix, dc, kc, nf, has_fill, norm->has_ignore, ig, l2);
-        else
-            fused_prep<false><<<grid, FUSED_THREADS, 0, hsi_cu_stream()>>>(
-                V->X_d, 1, npix, dc, kc, nf, has_fill, norm->has_ignore, ig, l2);
+#define COV_PREP(L) fused_prep<L><<<grid, FUSED_THREADS, 0, hsi_cu_stream()>>>(V->X_d, 1, npix, dc, kc, nf, \
+                                                                                has_fill, norm->has_ignore, ig, l2)
+        HSI_CU_BY_LOADER(dc, COV_PREP);
+#undef COV_PREP
         HSI_CU_LAUNCHED("covariance (CUDA): normalisation kernel");
         if (p_first >= l0 * S && p_first < l1 * S) {
             cov_take_column<<<hsi_cu_blocks(nf, FUSED_THREADS), FUSED_THREADS, 0, hsi_cu_stream()>>>(

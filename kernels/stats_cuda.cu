@@ -35,7 +35,7 @@ __device__ __forceinline__ void chan_merge(double &na, double &ma, double &qa, d
 /* grid (STATS_BLOCKS_X, n_bands); partials (n_bands, n_parts) row-major,
  * this tile writes column part0 + blockIdx.x. mask: (tile lines, samples)
  * packed, this tile's rows (NULL = all). */
-template <bool AL>
+template <typename LD>
 __global__ void stats_kernel(stats_part *parts, int64_t n_parts, int64_t part0, hsi_cu_cube c,
                              const uint8_t *mask, int has_ig, double ig)
 {
@@ -45,11 +45,18 @@ __global__ void stats_kernel(stats_part *parts, int64_t n_parts, int64_t part0, 
     int64_t npix = c.n_lines * c.n_samples;
     const unsigned char *band = c.base + b * c.sb;
     double n = 0, shift = 0, s1 = 0, s2 = 0, mn = INFINITY, mx = -INFINITY;
-    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < npix;
-         p += (int64_t)gridDim.x * blockDim.x) {
+    /* (line, sample) of p kept by steps: no division per element */
+    const int64_t step = (int64_t)gridDim.x * blockDim.x, dl = step / c.n_samples,
+                  ds = step - dl * c.n_samples;
+    int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, l = p / c.n_samples,
+            s = p - l * c.n_samples;
+    for (; p < npix; p += step, l += dl, s += ds) {
+        if (s >= c.n_samples) {
+            s -= c.n_samples;
+            l++;
+        }
         if (mask && !mask[p]) continue;
-        int64_t l = p / c.n_samples, s = p - l * c.n_samples;
-        double x = hsi_cu_raw<AL>(band + l * c.sl + s * c.ss, c.dtype, c.swapped);
+        double x = LD::getd(band + l * c.sl + s * c.ss, c.dtype, c.swapped);
         if (x != x || (has_ig && x == ig)) continue;
         if (n == 0) shift = x;
         double d = x - shift;
@@ -122,14 +129,10 @@ static hsi_status stats_run(hsi_stats *out, const hsi_view *cube, const hsi_stat
         HSI_CU_TRY(hsi_cu_tiler_load(T, (int)(t & 1), l0, l1, &dc));
         const uint8_t *m = *mask_d ? (const uint8_t *)*mask_d + l0 * S : NULL;
         dim3 grid(STATS_BLOCKS_X, (unsigned)nb);
-        if (dc.aligned)
-            stats_kernel<true><<<grid, STATS_THREADS, 0, hsi_cu_stream()>>>(
-                (stats_part *)*parts_d, n_parts, t * STATS_BLOCKS_X, dc, m, o->has_ignore,
-                o->ignore_value);
-        else
-            stats_kernel<false><<<grid, STATS_THREADS, 0, hsi_cu_stream()>>>(
-                (stats_part *)*parts_d, n_parts, t * STATS_BLOCKS_X, dc, m, o->has_ignore,
-                o->ignore_value);
+#define STATS_LAUNCH(L) stats_kernel<L><<<grid, STATS_THREADS, 0, hsi_cu_stream()>>>( \
+        (stats_part *)*parts_d, n_parts, t * STATS_BLOCKS_X, dc, m, o->has_ignore, o->ignore_value)
+        HSI_CU_BY_LOADER(dc, STATS_LAUNCH);
+#undef STATS_LAUNCH
         HSI_CU_LAUNCHED("stats (CUDA): kernel");
     }
     *parts_h = (stats_part *)malloc(parts_bytes);
