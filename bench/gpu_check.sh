@@ -510,7 +510,7 @@ else
         t=$(now)
         # the cache off: every block an exact cudaMalloc, so an overrun or a use after free is seen
         sanitize memcheck memcheck $(( BUDGET[memcheck] - 20 )) HSI_CUDA_NO_CACHE=1 -- \
-            cuda_fused cuda_stats cuda_patches cuda_ops cuda_layers cuda_model pipeline_loader_cuda
+            cuda_fused cuda_stats cuda_patches cuda_ops cuda_layers cuda_model cuda_cudnn pipeline_loader_cuda
         # cuda_mem tests the cache itself (and switches HSI_CUDA_NO_CACHE off): its own run
         l=$(( BUDGET[memcheck] - ($(now) - t) ))
         if [ $l -ge 8 ]; then

@@ -85,11 +85,13 @@ static double sgemm_rate(int threads)
 }
 
 /* Training steps and eval-mode batches of m's copy on the GPU
- * (models/model_cuda.h), timed to the stream's end: samples/s. x: the
+ * (models/model_cuda.h) with the convolutions `conv`, timed to the stream's
+ * end: samples/s; conv_name: what ran them (hsi_dmodel_conv_name). x: the
  * batch (xs, nd dims, host), y: its classes. */
-static hsi_status time_on_gpu(double *train_sps, double *infer_sps, hsi_module *m, const int64_t *xs,
-                              int nd, const hsi_tensor *x, const hsi_tensor *y, long long steps,
-                              long long warmup)
+static hsi_status time_on_gpu(double *train_sps, double *infer_sps, char *conv_name, size_t n_name,
+                              hsi_module *m, const int64_t *xs, int nd, const hsi_tensor *x,
+                              const hsi_tensor *y, long long steps, long long warmup,
+                              hsi_gpu_conv conv)
 {
     hsi_status st = HSI_OK;
     hsi_dmodel *dm = NULL;
@@ -100,6 +102,8 @@ static hsi_status time_on_gpu(double *train_sps, double *infer_sps, hsi_module *
     hsi_optim_config cfg;
     hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
     HSI_TRY(hsi_dmodel_create(&dm, m, nd - 1, xs + 1, n, &cfg, 1));
+    HSI_TRY(hsi_dmodel_set_conv(dm, conv));
+    snprintf(conv_name, n_name, "%s", hsi_dmodel_conv_name(dm));
     if (!(y32 = malloc(sizeof *y32 * (size_t)n))) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
@@ -138,10 +142,11 @@ cleanup:
 
 static int bench_model(int argc, char **argv)
 {
-    const char *cmd = "bench model", *name = NULL;
+    const char *cmd = "bench model", *name = NULL, *conv = "auto";
     long long batch = 128, bands = 30, patch = 11, classes = 16, threads = 2, steps = 20,
               warmup = 3;
     hsi_conv_impl conv_impl = HSI_CONV_IMPL_AUTO;
+    hsi_gpu_conv gpu_conv = HSI_GPU_CONV_AUTO;
     hsi_conv_simd simd = HSI_CONV_SIMD_AUTO;
     int json = 0, ops = 0, bound = 0, rc = HSI_EXIT_FAIL;
     hsi_device dev = HSI_DEVICE_CPU;
@@ -175,11 +180,8 @@ static int bench_model(int argc, char **argv)
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) {
             if (!hsi_cli_parse_device(cmd, v, &dev)) return HSI_EXIT_USAGE;
         } else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) {
-            if (!v) return hsi_cli_usage_error(cmd, "--conv needs auto, direct or gemm");
-            if (!strcmp(v, "auto")) conv_impl = HSI_CONV_IMPL_AUTO;
-            else if (!strcmp(v, "direct")) conv_impl = HSI_CONV_IMPL_DIRECT;
-            else if (!strcmp(v, "gemm")) conv_impl = HSI_CONV_IMPL_GEMM;
-            else return hsi_cli_usage_error(cmd, "--conv: expected auto, direct or gemm, got '%s'", v);
+            if (!v) return hsi_cli_usage_error(cmd, "--conv needs auto, direct, gemm or cudnn");
+            conv = v;
         } else if (hsi_cli_opt(argc, argv, &i, "--simd", &v)) {
             if (!v) return hsi_cli_usage_error(cmd, "--simd needs auto or avx2");
             if (!strcmp(v, "auto")) simd = HSI_CONV_SIMD_AUTO;
@@ -194,12 +196,19 @@ static int bench_model(int argc, char **argv)
         }
     }
     if (!name) return hsi_cli_usage_error(cmd, "which model? (cnn2d, hybridsn, cnn1d)");
+    /* the name, and direct/cudnn against a device given as cpu or cuda */
+    if (hsi_conv_option(conv, dev, NULL, NULL) != HSI_OK)
+        return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
     {
         char tb[16]; /* the engine's threads; its BLAS calls run single-threaded */
         snprintf(tb, sizeof tb, "%lld", threads);
         setenv("HSI_THREADS", tb, 1);
     }
-    HSI_TRY(hsi_device_resolve(&dev, dev, "--device cuda"));
+    HSI_TRY(hsi_device_resolve(&dev, dev, strcmp(conv, "cudnn") ? "--device cuda"
+                                                                 : "--device cuda --conv cudnn"));
+    /* --device auto: against the device it became */
+    if (hsi_conv_option(conv, dev, &conv_impl, &gpu_conv) != HSI_OK)
+        return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
     if (dev == HSI_DEVICE_CUDA && (ops || bound))
         return hsi_cli_usage_error(cmd, "--ops and --bound time the CPU engine (not with --device cuda)");
     hsi_conv_set_impl(conv_impl);
@@ -222,17 +231,19 @@ static int bench_model(int argc, char **argv)
     for (int64_t i = 0; i < batch; i++) yp[i] = (int64_t)(hsi_rng_next(&r) % (uint64_t)classes);
     if (dev == HSI_DEVICE_CUDA) {
         double tr = 0, inf = 0;
-        HSI_TRY(time_on_gpu(&tr, &inf, m, xs, nd, x, y, steps, warmup));
+        char conv_name[64] = "";
+        HSI_TRY(time_on_gpu(&tr, &inf, conv_name, sizeof conv_name, m, xs, nd, x, y, steps, warmup,
+                            gpu_conv));
         if (json)
             printf("{\"model\": \"%s\", \"device\": \"cuda\", \"batch\": %lld, \"bands\": %lld, "
                    "\"patch\": %lld, \"classes\": %lld, \"steps\": %lld, \"train_samples_per_s\": "
-                   "%.1f, \"infer_samples_per_s\": %.1f, \"params\": %lld}\n",
+                   "%.1f, \"infer_samples_per_s\": %.1f, \"params\": %lld, \"conv\": \"%s\"}\n",
                    name, batch, bands, patch, classes, steps, tr, inf,
-                   (long long)hsi_module_param_count(m));
+                   (long long)hsi_module_param_count(m), conv_name);
         else
-            printf("model %s on the GPU: batch %lld, input %lldx%lldx%lld, %lld classes\n"
-                   "  train: %.1f samples/s\n  infer: %.1f samples/s\n",
-                   name, batch, bands, patch, patch, classes, tr, inf);
+            printf("model %s on the GPU: batch %lld, input %lldx%lldx%lld, %lld classes, "
+                   "convolutions by %s\n  train: %.1f samples/s\n  infer: %.1f samples/s\n",
+                   name, batch, bands, patch, patch, classes, conv_name, tr, inf);
         rc = HSI_EXIT_OK;
         goto cleanup;
     }
@@ -334,7 +345,7 @@ HSI_CLI_COMMAND(bench_model,
                  "usage: hsi bench model NAME [--batch 128] [--bands 30] [--patch 11]\n"
                  "                             [--classes 16] [--threads 2] [--steps 20]\n"
                  "                             [--warmup 3] [--json] [--ops] [--bound]\n"
-                 "                             [--conv auto|direct|gemm] [--simd auto|avx2]\n"
+                 "                             [--conv auto|direct|gemm|cudnn] [--simd auto|avx2]\n"
                  "                             [--device cpu|cuda]\n"
                  "\n"
                  "Times training steps (forward, cross-entropy, backward, AdamW) and\n"
@@ -352,5 +363,12 @@ HSI_CLI_COMMAND(bench_model,
                  "and bench/bench_train.sh run PyTorch beside it with the same threads and\n"
                  "print the ratio.\n"
                  "--device cuda: the same steps and batches on the GPU (models/model_cuda.h),\n"
-                 "timed to the end of the stream (auto: the GPU when there is one).\n",
+                 "timed to the end of the stream (auto: the GPU when there is one). Its\n"
+                 "convolutions (--conv; the JSON's \"conv\" says which ran): auto = cuDNN\n"
+                 "when it loads (but gemm for the backward of 3-D convolutions, faster\n"
+                 "there), else gemm; gemm = im2col + cuBLAS sgemm; cudnn = every one by\n"
+                 "cuDNN 9 (loaded at run time: $HSI_CUDNN, else libcudnn.so.9; FP32 math,\n"
+                 "no TF32; the fastest deterministic algorithms), or an error saying why\n"
+                 "it cannot run. direct is the CPU's only and cudnn the GPU's only: each\n"
+                 "is a usage error on the other device.\n",
                  bench_model})

@@ -11,6 +11,7 @@
 #include "core/dist.h"
 #include "io/cube.h"
 #include "io/labels.h"
+#include "models/model_cuda.h"
 #include "models/nn.h"
 #include "models/optim.h"
 #include "pipeline/report.h"
@@ -73,6 +74,16 @@ static const char train_usage[] =
     "                      and the scene map on the GPU (checkpoints on the host; not\n"
     "                      yet run on a real GPU); auto: cuda when a GPU is there (one\n"
     "                      rank, no --resume), else cpu\n"
+    "  --conv auto|direct|gemm|cudnn   the convolutions (default auto: the device's\n"
+    "                      best). CPU: auto (Winograd and direct kernels), direct\n"
+    "                      (no Winograd), gemm (im2col + OpenBLAS). GPU: auto (cuDNN\n"
+    "                      when it loads, but gemm for the backward of 3-D\n"
+    "                      convolutions; else gemm), gemm (im2col + cuBLAS), cudnn\n"
+    "                      (every one by cuDNN 9, loaded at run time from $HSI_CUDNN,\n"
+    "                      else libcudnn.so.9; FP32 math, no TF32; the fastest\n"
+    "                      deterministic algorithms; an error when it cannot run).\n"
+    "                      direct is the CPU's only, cudnn the GPU's only. train.log\n"
+    "                      says which ran\n"
     "  --resume            continue from DIR/train_state.safetensors\n"
     "  --overwrite         replace a run already in DIR (refused otherwise)\n"
     "  --quiet             no progress lines\n"
@@ -241,6 +252,7 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
             if (!hsi_cli_parse_int(cmd, "--threads", v, 1, 256, &k)) return HSI_EXIT_USAGE;
             c->threads = (int)k;
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) { NEED("--device"); c->device = v; }
+        else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) { NEED("--conv"); c->conv = v; }
         else if (hsi_cli_opt(argc, argv, &i, "--bn", &v)) {
             NEED("--bn");
             if (!strcmp(v, "sync")) c->bn_sync = 1;
@@ -284,7 +296,29 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
         return hsi_cli_usage_error(cmd, "give LABELS or --train-labels/--test-labels, not both");
     if (!*out) return hsi_cli_usage_error(cmd, "--out DIR is required");
     c->out_dir = *out;
+    /* --conv: its name, and direct/cudnn against --device cpu or cuda (the
+     * trainer checks it against the device auto becomes) */
+    hsi_device dev;
+    if (hsi_device_parse(&dev, c->device, "--device") == HSI_OK &&
+        hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK)
+        return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
     return HSI_EXIT_OK;
+}
+
+/* --conv of predict and eval for the device the prediction runs on (auto
+ * resolved as hsi_run_predict does): the CPU engine's choice is set, the
+ * GPU's returned in *gpu. 1, else a usage error has been printed. */
+static int predict_conv(const char *cmd, const char *conv, hsi_device dev, hsi_gpu_conv *gpu)
+{
+    hsi_device on = dev;
+    hsi_conv_impl cpu = HSI_CONV_IMPL_AUTO;
+    if (on == HSI_DEVICE_AUTO) on = hsi_cuda_device_count() > 0 ? HSI_DEVICE_CUDA : HSI_DEVICE_CPU;
+    if (hsi_conv_option(conv, on, &cpu, gpu) != HSI_OK) {
+        hsi_cli_usage_error(cmd, "%s", hsi_last_error());
+        return 0;
+    }
+    if (on == HSI_DEVICE_CPU && cpu != HSI_CONV_IMPL_AUTO) hsi_conv_set_impl(cpu);
+    return 1;
 }
 
 static int list_models(void)
@@ -447,14 +481,17 @@ HSI_CLI_COMMAND(profile, {"profile", "per-stage timings of a job: hsi profile tr
 
 static int predict_run(int argc, char **argv)
 {
-    const char *pos[3] = {NULL, NULL, NULL}, *var = NULL;
+    const char *pos[3] = {NULL, NULL, NULL}, *var = NULL, *conv = "auto";
     int npos = 0, batch = 256, verbose = 1, overwrite = 0;
     hsi_device dev = HSI_DEVICE_CPU;
+    hsi_gpu_conv gconv = HSI_GPU_CONV_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *v;
         long long k;
         if (hsi_cli_opt(argc, argv, &i, "--device", &v)) {
             if (!hsi_cli_parse_device("predict", v, &dev)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) {
+            if (!(conv = v)) return hsi_cli_usage_error("predict", "--conv needs auto, direct, gemm or cudnn");
         } else if (hsi_cli_opt(argc, argv, &i, "--var", &v)) {
             if (!(var = v)) return hsi_cli_usage_error("predict", "--var needs a variable name");
         } else if (hsi_cli_opt(argc, argv, &i, "--batch", &v)) {
@@ -467,6 +504,7 @@ static int predict_run(int argc, char **argv)
         else return hsi_cli_usage_error("predict", "too many arguments");
     }
     if (npos < 3) return hsi_cli_usage_error("predict", "need DIR CUBE OUT");
+    if (!predict_conv("predict", conv, dev, &gconv)) return HSI_EXIT_USAGE;
     hsi_run run;
     hsi_cube cube;
     int32_t *map = NULL;
@@ -485,7 +523,7 @@ static int predict_run(int argc, char **argv)
     }
     /* under mpirun every rank classifies its share of the tiles; rank 0 writes */
     hsi_predict_opts po = {.batch = batch, .progress_label = verbose ? "predict" : NULL, .across_ranks = 1,
-                           .device = dev};
+                           .device = dev, .conv = gconv};
     HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
     if (hsi_dist_rank() == 0) HSI_TRY(hsi_run_write_map(&run, pos[2], map, L, S, &cube.meta));
 cleanup:
@@ -499,7 +537,7 @@ cleanup:
 
 HSI_CLI_COMMAND(predict, {"predict", "classify every pixel of a cube with a trained model",
                           "usage: hsi predict DIR CUBE OUT [--var NAME] [--batch N] [--device cpu|cuda|auto]\n"
-                          "                                [--quiet] [--overwrite]\n"
+                          "                                [--conv auto|direct|gemm|cudnn] [--quiet] [--overwrite]\n"
                           "\n"
                           "DIR is an `hsi train` output directory. The cube is preprocessed with\n"
                           "the fitted pipeline and classified in line tiles (memory holds one\n"
@@ -510,15 +548,18 @@ HSI_CLI_COMMAND(predict, {"predict", "classify every pixel of a cube with a trai
                           "  --device cpu|cuda|auto   where it runs (default cpu). cuda: each tile's\n"
                           "                    fused pass and the model's forward on the GPU (the\n"
                           "                    patches packed on the host), or an error saying why\n"
-                          "                    not; auto: the GPU when there is one, else the CPU\n",
+                          "                    not; auto: the GPU when there is one, else the CPU\n"
+                          "  --conv auto|direct|gemm|cudnn   the model's convolutions, as for hsi\n"
+                          "                    train (GPU auto: cuDNN when it loads, else gemm)\n",
                           predict_run})
 
 static int eval_run(int argc, char **argv)
 {
-    const char *pos[3] = {NULL, NULL, NULL}, *var = NULL, *lvar = NULL, *json = NULL;
+    const char *pos[3] = {NULL, NULL, NULL}, *var = NULL, *lvar = NULL, *json = NULL, *conv = "auto";
     int npos = 0, batch = 256, as_json = 0, overwrite = 0;
     hsi_eval_on on = HSI_EVAL_TEST;
     hsi_device dev = HSI_DEVICE_CPU;
+    hsi_gpu_conv gconv = HSI_GPU_CONV_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *v;
         long long k;
@@ -535,6 +576,8 @@ static int eval_run(int argc, char **argv)
             overwrite = 1;
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) {
             if (!hsi_cli_parse_device("eval", v, &dev)) return HSI_EXIT_USAGE;
+        } else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) {
+            if (!(conv = v)) return hsi_cli_usage_error("eval", "--conv needs auto, direct, gemm or cudnn");
         } else if (hsi_cli_opt(argc, argv, &i, "--on", &v)) {
             if (!v || hsi_eval_on_parse(&on, v) != HSI_OK)
                 return hsi_cli_usage_error("eval", "--on expects test, train or all");
@@ -546,6 +589,7 @@ static int eval_run(int argc, char **argv)
         else return hsi_cli_usage_error("eval", "too many arguments");
     }
     if (npos < 3) return hsi_cli_usage_error("eval", "need DIR CUBE LABELS");
+    if (!predict_conv("eval", conv, dev, &gconv)) return HSI_EXIT_USAGE;
     hsi_run run;
     hsi_cube cube;
     hsi_labels lab;
@@ -579,7 +623,8 @@ static int eval_run(int argc, char **argv)
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    hsi_predict_opts po = {.batch = batch, .progress_label = "predict", .across_ranks = 1, .device = dev};
+    hsi_predict_opts po = {.batch = batch, .progress_label = "predict", .across_ranks = 1, .device = dev,
+                           .conv = gconv};
     HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
     if (hsi_dist_rank() != 0) goto cleanup; /* rank 0 scores and prints */
     HSI_TRY(hsi_run_evaluate(&run, &mt, map, &lab.map, on, &unknown));
@@ -619,7 +664,7 @@ cleanup:
 HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
                        "usage: hsi eval DIR CUBE LABELS [--on test|train|all] [--var NAME]\n"
                        "                [--labels-var NAME] [--json] [--out FILE.json] [--overwrite]\n"
-                       "                [--batch N] [--device cpu|cuda|auto]\n"
+                       "                [--batch N] [--device cpu|cuda|auto] [--conv auto|direct|gemm|cudnn]\n"
                        "\n"
                        "Predicts the scene and prints OA, AA, kappa, per-class recall,\n"
                        "precision, F1 and the confusion matrix (under mpirun -np N the ranks\n"
@@ -632,5 +677,6 @@ HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
                        "  --on train only the training pixels (how well the model fits them)\n"
                        "  --json     print the metrics as JSON on stdout (and nothing else there)\n"
                        "  --out F    also write them to F as JSON (-o F)\n"
-                       "  --device D where the prediction runs, as for hsi predict\n",
+                       "  --device D where the prediction runs, as for hsi predict\n"
+                       "  --conv C   the model's convolutions, as for hsi predict\n",
                        eval_run})

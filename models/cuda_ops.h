@@ -47,6 +47,12 @@ typedef struct hsi_cuda_model_ops {
                                          int64_t ignore_index);
     hsi_status (*adam_step)(float *p, const float *g, float *m, float *v, int64_t n,
                             const hsi_optim_config *cfg, int64_t step);
+    /* convolutions by cuDNN (models/conv_cudnn.cu) */
+    hsi_status (*conv_cudnn_available)(int *version);
+    hsi_status (*conv_forward_cudnn)(float *y, const float *x, const float *w, const float *b,
+                                     const hsi_conv_dims *d);
+    hsi_status (*conv_backward_cudnn)(float *dx, float *dw, float *db, const float *dy,
+                                      const float *x, const float *w, const hsi_conv_dims *d);
 } hsi_cuda_model_ops;
 
 /* Plugin side: the filled part (hidden inside libhsi_cuda.so). */

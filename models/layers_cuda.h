@@ -40,6 +40,45 @@ hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, const float *
                                   const float *x, const float *w, const hsi_conv_dims *d,
                                   void *ws);
 
+/* ------------------------------------------------- convolution by cuDNN */
+
+/* The same convolutions through cuDNN's legacy API (models/conv_cudnn.cu).
+ * cuDNN is loaded at run time, never linked: the library named by the
+ * environment variable HSI_CUDNN (a path to libcudnn.so.9), else
+ * "libcudnn.so.9" on the plugin's search path (its RUNPATH is the CUDA
+ * toolkit's lib64). True FP32 (CUDNN_FMA_MATH: no TF32); per geometry
+ * (batch included) the fastest algorithm, as cuDNN times them once per
+ * process (cuDNN's heuristic order when timing fails), that is
+ * deterministic, needs no tensor cores and at most 1 GiB of workspace (the
+ * fastest such algorithm when none is deterministic); the workspace comes
+ * from the caching allocator (hsi_cuda_malloc) at each call. */
+
+/* HSI_OK when cuDNN 9 loads and gives this thread a handle; *version (may
+ * be NULL) = cudnnGetVersion(), e.g. 91900 for 9.19.0. Else
+ * HSI_ERR_NO_CUDA (no plugin or no device), HSI_ERR_NOT_FOUND (the
+ * library, one of its functions or cuDNN 9 itself missing: the message
+ * names the file tried and dlerror's reason) or HSI_ERR_CUDA (cudnnCreate
+ * failed). The library is looked for once per process. */
+hsi_status hsi_conv_cudnn_available(int *version);
+/* 1 when d's tensors fit cuDNN's int sizes (x, y and w each below 2^31
+ * elements): the geometries hsi_conv_*_cudnn take. */
+static inline int hsi_conv_cudnn_fits(const hsi_conv_dims *d)
+{
+    int64_t x = (int64_t)d->n * d->c, y = (int64_t)d->n * d->k, w = (int64_t)d->k * d->c;
+    for (int i = 0; i < d->nd; i++) x *= d->in[i], y *= d->out[i], w *= d->ker[i];
+    return x <= INT32_MAX && y <= INT32_MAX && w <= INT32_MAX;
+}
+/* As hsi_conv_forward_cuda / hsi_conv_backward_cuda, without a workspace
+ * argument: y overwritten (+ b); dx, dw, db accumulate (+=), each may be
+ * NULL; db by a deterministic sum of ours. HSI_ERR_UNSUPPORTED when
+ * !hsi_conv_cudnn_fits(d); the errors of hsi_conv_cudnn_available; a cuDNN
+ * call that fails gives HSI_ERR_CUDA naming the convolution and cuDNN's
+ * message. */
+hsi_status hsi_conv_forward_cudnn(float *y, const float *x, const float *w, const float *b,
+                                  const hsi_conv_dims *d);
+hsi_status hsi_conv_backward_cudnn(float *dx, float *dw, float *db, const float *dy,
+                                   const float *x, const float *w, const hsi_conv_dims *d);
+
 /* ---------------------------------------------------------------- pooling */
 
 /* x: (N, C, [D,] H, W) -> y: (N, C, [oD,] oH, oW); argmax (max only): int32

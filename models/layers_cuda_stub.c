@@ -29,6 +29,24 @@ hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, const float *
     PLUGIN(t, "conv backward");
     return t->conv_backward(dx, dw, db, dy, x, w, d, ws);
 }
+hsi_status hsi_conv_cudnn_available(int *version)
+{
+    if (version) *version = 0;
+    PLUGIN(t, "cuDNN");
+    return t->conv_cudnn_available(version);
+}
+hsi_status hsi_conv_forward_cudnn(float *y, const float *x, const float *w, const float *b,
+                                  const hsi_conv_dims *d)
+{
+    PLUGIN(t, "conv forward (cuDNN)");
+    return t->conv_forward_cudnn(y, x, w, b, d);
+}
+hsi_status hsi_conv_backward_cudnn(float *dx, float *dw, float *db, const float *dy,
+                                   const float *x, const float *w, const hsi_conv_dims *d)
+{
+    PLUGIN(t, "conv backward (cuDNN)");
+    return t->conv_backward_cudnn(dx, dw, db, dy, x, w, d);
+}
 hsi_status hsi_pool_forward_cuda(float *y, int32_t *argmax, const float *x, const hsi_pool_dims *d)
 {
     PLUGIN(t, "pool forward");

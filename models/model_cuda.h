@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 
+#include "models/layers.h"
 #include "models/nn.h"
 #include "models/optim.h"
 
@@ -36,6 +37,36 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
                              const hsi_optim_config *cfg, uint64_t seed);
 void hsi_dmodel_free(hsi_dmodel *d);
 void hsi_dmodel_set_lr(hsi_dmodel *d, double lr);
+
+/* How the convolutions run on the GPU. A new device model runs GEMM (the
+ * reference); the trainer, the predictor and `hsi bench model` ask for AUTO
+ * unless told otherwise. */
+typedef enum hsi_gpu_conv {
+    HSI_GPU_CONV_AUTO = 0,  /* cuDNN when it loads (hsi_conv_cudnn_available), but the
+                               backward of 3-D convolutions by GEMM (cuDNN's deterministic
+                               3-D weight gradients measured slower); else GEMM */
+    HSI_GPU_CONV_GEMM = 1,  /* im2col + cuBLAS sgemm (hsi_conv_*_cuda) */
+    HSI_GPU_CONV_CUDNN = 2  /* every convolution by cuDNN (hsi_conv_*_cudnn), or an error
+                               saying why it cannot run */
+} hsi_gpu_conv;
+/* Chooses the convolutions of the next steps. CUDNN: the errors of
+ * hsi_conv_cudnn_available, or HSI_ERR_UNSUPPORTED when a convolution at
+ * max_batch exceeds cuDNN's int sizes; d is then unchanged. AUTO takes GEMM
+ * in those cases (no error). */
+hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode);
+/* What runs them: "gemm", "cudnn 9.14.0" (the loaded cuDNN's version), or
+ * with AUTO and 3-D convolutions "cudnn 9.14.0, gemm for 3-D backward". */
+const char *hsi_dmodel_conv_name(const hsi_dmodel *d);
+
+/* The --conv option of hsi's commands and of the trainer: "auto" (NULL
+ * too), "gemm" on either device, "direct" on the CPU only, "cudnn" on the
+ * GPU only, for a job on dev (HSI_DEVICE_CPU or HSI_DEVICE_CUDA; AUTO:
+ * the name alone is checked). *cpu (may be NULL): the CPU engine's choice
+ * (hsi_conv_set_impl: AUTO, GEMM or DIRECT); *gpu (may be NULL): the
+ * device model's. HSI_ERR_ARG naming --conv for any other name, and for
+ * direct on the GPU or cudnn on the CPU. Sets nothing else. */
+hsi_status hsi_conv_option(const char *name, hsi_device dev, hsi_conv_impl *cpu,
+                           hsi_gpu_conv *gpu);
 
 /* x: (n, sample shape) float32 DEVICE array; y: (n) int32 DEVICE class
  * indices (PyTorch's -100 = ignored); n <= max_batch. Zeroes the gradients,

@@ -393,6 +393,9 @@ static hsi_cuda_model_ops make_ops(void)
     t.cross_entropy_forward = hsi_cross_entropy_forward_cuda;
     t.cross_entropy_backward = hsi_cross_entropy_backward_cuda;
     t.adam_step = hsi_adam_step_cuda;
+    t.conv_cudnn_available = hsi_conv_cudnn_available;
+    t.conv_forward_cudnn = hsi_conv_forward_cudnn;
+    t.conv_backward_cudnn = hsi_conv_backward_cudnn;
     return t;
 }
 

@@ -73,7 +73,7 @@ void hsi_gpu_classifier_free(hsi_gpu_classifier *q)
 }
 
 hsi_status hsi_gpu_classifier_init(hsi_gpu_classifier *q, const hsi_run *r, hsi_dmodel *dm,
-                                   int batch)
+                                   int batch, hsi_gpu_conv conv)
 {
     hsi_status st = HSI_OK;
     int64_t shape[5];
@@ -89,6 +89,7 @@ hsi_status hsi_gpu_classifier_init(hsi_gpu_classifier *q, const hsi_run *r, hsi_
         hsi_optim_config_default(&oc, HSI_OPT_ADAMW); /* no step is taken */
         HSI_TRY(hsi_dmodel_create(&q->dm, r->net, nd - 1, shape + 1, batch, &oc, 0));
         q->owns_dm = 1;
+        HSI_TRY(hsi_dmodel_set_conv(q->dm, conv));
     }
     size_t xb = sizeof(float) * (size_t)(q->sample_floats * batch);
     q->x_h = malloc(xb);
@@ -210,7 +211,7 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
         return HSI_FAIL(HSI_ERR_ARG, "predict: the features given are not (%d, %lld, %lld)",
                         r->n_features, (long long)L, (long long)S);
     HSI_TRY(hsi_device_pick(&dev, o.device, 0, "predict", NULL));
-    if (dev == HSI_DEVICE_CUDA) HSI_TRY(hsi_gpu_classifier_init(&gq, r, NULL, o.batch));
+    if (dev == HSI_DEVICE_CUDA) HSI_TRY(hsi_gpu_classifier_init(&gq, r, NULL, o.batch, o.conv));
     const int rad = r->patch / 2;
     /* under mpirun: this rank's run of whole tiles (the tiles of one
      * process, so the same pixels in the same batches) */

@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "io/meta.h"
+#include "models/model_cuda.h"
 #include "models/nn.h"
 #include "pipeline/metrics.h"
 #include "pipeline/patches.h"
@@ -81,6 +82,8 @@ typedef struct hsi_predict_opts {
                                   CUDA: each tile's features by the GPU's fused pass, the
                                   patches packed on the host, and the model's eval-mode
                                   forward on the GPU (models/model_cuda.h) */
+    hsi_gpu_conv conv;         /* the GPU's convolutions (0 = HSI_GPU_CONV_AUTO: cuDNN when it
+                                  loads); the CPU engine's are hsi_conv_set_impl's */
 } hsi_predict_opts;
 
 /* Predicts every pixel of cube ((band, line, sample), any view hsi can

@@ -43,10 +43,11 @@ typedef struct hsi_gpu_classifier {
     int batch;
     int64_t sample_floats;
 } hsi_gpu_classifier;
-/* dm: the trainer's copy (borrowed; batch at most its max_batch), or NULL:
- * one made from r->net. */
+/* dm: the trainer's copy (borrowed; batch at most its max_batch, its
+ * convolutions as they are), or NULL: one made from r->net, with the
+ * convolutions `conv`. */
 hsi_status hsi_gpu_classifier_init(hsi_gpu_classifier *q, const hsi_run *r, struct hsi_dmodel *dm,
-                                   int batch);
+                                   int batch, hsi_gpu_conv conv);
 /* Class indices of n pixels of pt's cube; y_true (n classes) or NULL: then
  * also *mean_loss, the mean cross-entropy of the logits (in double, on the
  * host; NaN when n is 0). */

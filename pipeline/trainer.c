@@ -62,6 +62,7 @@ void hsi_train_config_init(hsi_train_config *c)
     c->workers = 1;
     c->prefetch = 2;
     c->device = "cpu"; /* the GPU only when asked: auto or cuda */
+    c->conv = "auto";
 }
 
 struct hsi_trainer {
@@ -89,6 +90,7 @@ struct hsi_trainer {
     hsi_gpu_classifier gq; /* validation on the device, with dm */
     hsi_optim *opt;
     hsi_optim_config oc;
+    hsi_gpu_conv gconv; /* the device model's convolutions (--conv) */
     hsi_sched sched;
     hsi_graph *g;
     FILE *log;
@@ -400,6 +402,7 @@ static hsi_status check_config(hsi_train_config *c)
                             c->batch, ranks, ranks);
         if (c->tile < 0) return HSI_FAIL(HSI_ERR_ARG, "--tile must be >= 0 (got %d)", c->tile);
     }
+    if (hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK) return HSI_ERR_ARG;
     if (!strcasecmp(c->device, "cuda")) {
         if (c->resume)
             return HSI_FAIL(HSI_ERR_UNSUPPORTED,
@@ -892,9 +895,11 @@ static hsi_status build_model(hsi_trainer *t)
         int64_t ishape[5];
         int nd = hsi_model_input_shape(c->model, 1, r->n_features, c->patch, ishape);
         HSI_TRY(hsi_dmodel_create(&t->dm, r->net, nd - 1, ishape + 1, c->batch, &t->oc, c->seed));
-        HSI_TRY(hsi_gpu_classifier_init(&t->gq, r, t->dm, c->batch));
-        info(t, "device: CUDA (batches copied on the loader's stream; validation and the map on "
-                "the device, checkpoints on the host)\n");
+        HSI_TRY(hsi_dmodel_set_conv(t->dm, t->gconv));
+        HSI_TRY(hsi_gpu_classifier_init(&t->gq, r, t->dm, c->batch, t->gconv));
+        info(t, "device: CUDA, convolutions by %s (batches copied on the loader's stream; "
+                "validation and the map on the device, checkpoints on the host)\n",
+             hsi_dmodel_conv_name(t->dm));
     }
     HSI_TRY(hsi_graph_new(&t->g));
     t->have_val = sp->n[HSI_ROLE_VAL] > 0;
@@ -921,6 +926,12 @@ hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg)
     t->writer = hsi_dist_rank() == 0;
     HSI_TRY(check_config(&t->c));
     t->on_gpu = !strcasecmp(t->c.device, "cuda");
+    {
+        hsi_conv_impl cimpl = HSI_CONV_IMPL_AUTO;
+        HSI_TRY(hsi_conv_option(t->c.conv, t->on_gpu ? HSI_DEVICE_CUDA : HSI_DEVICE_CPU, &cimpl,
+                                &t->gconv));
+        if (!t->on_gpu && cimpl != HSI_CONV_IMPL_AUTO) hsi_conv_set_impl(cimpl);
+    }
     if (t->c.threads > 0) hsi_threads_set(t->c.threads);
     /* new runs are written beside the directory and moved in at the end;
      * with several ranks rank 0 decides where and tells the others (they
@@ -1261,7 +1272,7 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
         HSI_TRY(hsi_module_load(r->net, t->p_best, 1, &rep));
     }
     hsi_predict_opts po = {.batch = c->batch * 2, .features = &t->fc, .across_ranks = t->ranks > 1,
-                           .device = trainer_device(t)};
+                           .device = trainer_device(t), .conv = t->gconv};
     if (t->ranks > 1) HSI_TRY(hsi_ddp_broadcast_state(t->ddp, 0));
     if (!t->writer) {
         t->res.epochs_run = t->epoch - t->first_epoch;

@@ -81,6 +81,10 @@ typedef struct hsi_train_config {
     uint64_t seed;
     int workers, prefetch;
     const char *device;           /* cpu (default), cuda, auto (resolved at create) */
+    const char *conv;             /* the convolutions (hsi_conv_option): auto (default; NULL
+                                     too: the device's best, on the GPU cuDNN when it loads),
+                                     gemm, direct (CPU: sets hsi_conv_set_impl, process-wide),
+                                     cudnn (GPU: an error when cuDNN cannot run) */
     int resume;                   /* continue from out_dir/train_state.safetensors */
     int overwrite;                /* replace a run already in out_dir (else it is refused) */
     int threads;                  /* > 0: threads of the engine and kernels (hsi_threads_set) */

@@ -30,7 +30,7 @@ static void test_help(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench --help"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "usage: hsi bench WHAT"));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model cnn2d --conv fast"), 2);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "auto, direct or gemm"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "auto, direct, gemm or cudnn"));
 }
 
 static void test_synth_reproduces_samples(void)
