@@ -22,7 +22,8 @@
  * Not a test and not the engine. Built and run by bench/gpu_check.sh:
  *     gpu_bench [--mib 400] [--batch 128] [--batch2 1024] (0: none) [--bands 30] [--patch 11]
  *               [--classes 16] [--steps 20] [--cpu-steps 5] (0: no CPU engine run)
- *               [--cpu-only 1] (no GPU part) [--probe 1] (the device lines only) */
+ *               [--cpu-only 1] (no GPU part) [--probe 1] (the device lines only)
+ *               [--conv auto|gemm|cudnn] (the GPU model's convolutions; auto) */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,6 +48,10 @@
 #include "pipeline/trainer.h"
 
 static int g_n_errors; /* failed calls reported so far */
+/* the device model's convolutions (--conv auto|gemm|cudnn): auto, as hsi's
+ * commands run them */
+static hsi_gpu_conv g_conv = HSI_GPU_CONV_AUTO;
+static const char *g_conv_name = "auto";
 
 /* s as a JSON string (quotes, backslashes and control bytes escaped) */
 static void json_str(FILE *f, const char *s)
@@ -477,6 +482,7 @@ static void bench_model(const char *key, const char *name, int batch, int bands,
     int nd = hsi_model_input_shape(name, batch, bands, patch, xs);
     hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
     CHECK(hsi_dmodel_create(&d, m, nd - 1, xs + 1, batch, &cfg, 1));
+    CHECK(hsi_dmodel_set_conv(d, g_conv));
     for (int i = 0; i < nd; i++) nx *= xs[i];
     h = malloc(sizeof(float) * (size_t)nx);
     t = malloc(sizeof(int32_t) * (size_t)batch);
@@ -504,11 +510,11 @@ static void bench_model(const char *key, const char *name, int batch, int bands,
     /* the training figures first: an inference failure keeps them */
     emit(key,
          "{\"batch\": %d, \"train_samples_per_s\": %.1f, \"ms_per_step\": %.3f, "
-         "\"loss_first\": %.5f, \"loss_last\": %.5f, \"steady_cuda_mallocs\": %lld}",
-         batch, train_sps, 1e3 * tt / steps, loss0, loss1, mallocs);
-    fprintf(stderr, "%s (batch %d) on the GPU: train %.0f samples/s (%.2f ms/step); loss %.4f -> %.4f; "
+         "\"loss_first\": %.5f, \"loss_last\": %.5f, \"steady_cuda_mallocs\": %lld, \"conv\": \"%s\"}",
+         batch, train_sps, 1e3 * tt / steps, loss0, loss1, mallocs, hsi_dmodel_conv_name(d));
+    fprintf(stderr, "%s (batch %d) on the GPU (conv: %s): train %.0f samples/s (%.2f ms/step); loss %.4f -> %.4f; "
                     "cudaMalloc calls in the timed steps: %lld\n",
-            name, batch, train_sps, 1e3 * tt / steps, loss0, loss1, mallocs);
+            name, batch, hsi_dmodel_conv_name(d), train_sps, 1e3 * tt / steps, loss0, loss1, mallocs);
     CHECK(hsi_dmodel_predict(d, &logits, x, batch));
     CHECK(hsi_cuda_sync());
     ti = hsi_now();
@@ -570,6 +576,7 @@ static void bench_pipeline(int batch, int bands, int patch, int classes, int ste
     int nd = hsi_model_input_shape("cnn2d", batch, bands, patch, xs);
     hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
     CHECK(hsi_dmodel_create(&d, m, nd - 1, xs + 1, batch, &cfg, 1));
+    CHECK(hsi_dmodel_set_conv(d, g_conv));
     CHECK(hsi_cuda_malloc((void **)&x, sizeof(float) * (size_t)batch * bands * patch * patch));
     for (int i = 0; i < 2; i++) { /* warm-up */
         CHECK(hsi_patches_extract_cuda(x, &cube, patch, HSI_PAD_MIRROR, &aug, dpx, batch, 1, i));
@@ -666,6 +673,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "gpu_bench: option %s needs a value\n", argv[i]);
             return 2;
         }
+        if (!strcmp(argv[i], "--conv")) { /* a name, not an integer */
+            if (hsi_conv_option(argv[i + 1], HSI_DEVICE_CUDA, NULL, &g_conv) != HSI_OK) {
+                fprintf(stderr, "gpu_bench: %s\n", hsi_last_error());
+                return 2;
+            }
+            g_conv_name = argv[i + 1];
+            continue;
+        }
         char *end = NULL;
         long v = strtol(argv[i + 1], &end, 10);
         if (!end || *end || end == argv[i + 1]) {
@@ -694,8 +709,8 @@ int main(int argc, char **argv)
         return 2;
     }
     emit("train_config", "{\"batch\": %d, \"batch2\": %d, \"bands\": %d, \"patch\": %d, \"classes\": %d, "
-                         "\"steps\": %d, \"cpu_steps\": %d}",
-         batch, batch2, bands, patch, classes, steps, cpu_steps);
+                         "\"steps\": %d, \"cpu_steps\": %d, \"conv\": \"%s\"}",
+         batch, batch2, bands, patch, classes, steps, cpu_steps, g_conv_name);
     if (cpu_only) { /* the CPU engine part alone (checks this program without a GPU) */
         bench_model_cpu("cnn2d", batch, bands, patch, classes, cpu_steps > 0 ? cpu_steps : 1);
         bench_model_cpu("hybridsn", batch, bands, patch, classes, cpu_steps > 0 ? cpu_steps : 1);

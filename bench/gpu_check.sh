@@ -31,7 +31,10 @@
 # figures of gpu_bench and torch_gpu.py as {"stage", "figure"} lines), so a
 # crash later loses nothing; the producers' own JSON lines are in
 # gpu_bench.jsonl / torch_gpu.jsonl, the logs beside them. $OUT is the
-# device tool's folder, else bench/out/gpu. A summary (hsi vs PyTorch on the
+# device tool's folder, else bench/out/gpu; under $OUT, at the end, every
+# file but results.jsonl, gpu_check.log, gpu_bench.jsonl, torch_gpu.jsonl,
+# commands.jsonl and tests.log is packed into logs.tar.gz (the tool brings
+# back 8 files). A summary (hsi vs PyTorch on the
 # same card, FP32 and TF32) is printed last.
 #
 # Binaries: the portable build made beforehand by bench/gpu_prepare.sh:
@@ -217,7 +220,8 @@ b1, b2 = cfg.get("batch", 128), cfg.get("batch2", 1024)
 models = [("cnn2d", "cnn2d", b1)] + ([("cnn2d_b%d" % b2, "cnn2d", b2)] if b2 else []) + \
          [("hybridsn", "hybridsn", b1)]
 ratios = {}
-print("  hsi (FP32) vs PyTorch on the same card, samples/s (ratio = hsi / torch; aim >= 1.0x vs FP32):")
+print("  hsi (FP32, convolutions: %s) vs PyTorch on the same card, samples/s (ratio = hsi / torch; aim >= 1.0x vs FP32):"
+      % "; ".join(sorted({g[k].get("conv", "?") for k, _, _ in models if isinstance(g.get(k), dict)}) or ["?"]))
 for key, name, batch in models:
     a = g.get(key)
     ai = g.get(key + "_infer", {})
@@ -601,4 +605,12 @@ ok=1
 [ $BIN_OK -eq 1 ] && [ $DEV_OK -eq 1 ] && [ "$rc_tests" = 0 ] && [ "$rc_bench" = 0 ] || ok=0
 exec >&- 2>&-
 wait "$TEE_PID" 2>/dev/null
+# the device tool brings back at most 8 files from $OUT: the figures, the
+# stage lines, the suites' log and this log stay as files, everything else
+# (logs of each stage, the commands' outputs) goes into logs.tar.gz
+if [ -n "${OUT:-}" ] && [ "$O" = "$OUT" ] && tar -czf "$O.logs.tar.gz" -C "$O" . 2>/dev/null; then
+    find "$O" -mindepth 1 -maxdepth 1 ! -name results.jsonl ! -name gpu_check.log ! -name gpu_bench.jsonl \
+        ! -name torch_gpu.jsonl ! -name commands.jsonl ! -name tests.log -exec rm -rf {} +
+    mv "$O.logs.tar.gz" "$O/logs.tar.gz"
+fi
 [ $ok -eq 1 ]
