@@ -530,6 +530,11 @@ static hsi_status set_option(hsi_train_config *c, const cJSON *o)
     else if (IS("resume")) { BOOL(); c->resume = flag; }
     else if (IS("overwrite")) { BOOL(); c->overwrite = flag; }
     else if (IS("device")) { STR(); c->device = o->valuestring; }
+    else if (IS("conv")) {
+        STR();
+        if (hsi_conv_option(o->valuestring, HSI_DEVICE_AUTO, NULL, NULL) != HSI_OK) goto bad_value;
+        c->conv = o->valuestring;
+    }
     else if (IS("bands")) { STR(); c->bands_spec = o->valuestring; }
     else if (IS("wavelengths")) { STR(); c->wavelengths_spec = o->valuestring; }
     else if (IS("var")) { STR(); c->cube_var = o->valuestring; }

@@ -184,6 +184,11 @@ static void test_train_and_run(void)
     HSI_CHECK_FAILS(hsi_train_json(CUBE, GT, dir, "{\"train\": 2}", NULL, NULL, NULL), HSI_ERR_ARG,
                     "'train'");
     HSI_CHECK_FAILS(hsi_train_json(CUBE, GT, dir, "[1]", NULL, NULL, NULL), HSI_ERR_ARG, "JSON object");
+    HSI_CHECK_FAILS(hsi_train_json(CUBE, GT, dir, "{\"conv\": \"fast\"}", NULL, NULL, NULL), HSI_ERR_ARG,
+                    "'conv'");
+    /* cuDNN on the CPU (the default device) is refused before any work */
+    HSI_CHECK_FAILS(hsi_train_json(CUBE, GT, dir, "{\"conv\": \"cudnn\"}", NULL, NULL, NULL), HSI_ERR_ARG,
+                    "cudnn");
     n_epochs = 0;
     HSI_CHECK_OK(hsi_train_json(CUBE, GT, dir, "{\"epochs\": 2, \"train\": 0.03, \"seed\": 4}",
                                 count_epochs, NULL, &metrics));
