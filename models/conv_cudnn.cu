@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/cuda_internal.h"
+#include "models/cuda_ops.h"
 #include "models/layers_cuda.h"
 
 #if __has_include(<cudnn.h>)
@@ -196,6 +197,15 @@ static hsi_status dnn_fail(const char *op, const hsi_conv_dims *d, const char *f
             goto cleanup;                                                                          \
         }                                                                                          \
     } while (0)
+
+/* A status-returning call inside a function with `st` and `cleanup:` */
+#define DNN_CALL(expr)                                                                             \
+    do {                                                                                           \
+        if ((st = (expr)) != HSI_OK) goto cleanup;                                                 \
+    } while (0)
+
+/* The bias added after the forward (one kernel), queued on this thread's stream */
+static hsi_status dnn_bias_add(float *y, const float *b, int64_t K, int64_t OS, int64_t total);
 
 /* The descriptors of one convolution: x (N, C, [D,] H, W) and y (N, K,
  * [oD,] oH, oW) packed, w (K, C, [kD,] kH, kW), cross-correlation (as
@@ -434,26 +444,14 @@ __global__ void dnn_bias_add_kernel(float *y, const float *b, int64_t K, int64_t
         y[i] += b[(i / OS) % K];
 }
 
-/* db[k] += sum over n, o of dy (N, K, OS), in double, a fixed tree per
- * block: one block per k (the im2col path's sum, so db is the same bits) */
-__global__ void dnn_db_kernel(float *db, const float *dy, int64_t N, int64_t K, int64_t OS)
+static hsi_status dnn_bias_add(float *y, const float *b, int64_t K, int64_t OS, int64_t total)
 {
-    __shared__ double sh[DNN_THREADS];
-    int64_t k = blockIdx.x;
-    double acc = 0;
-    for (int64_t i = threadIdx.x; i < N * OS; i += blockDim.x) {
-        int64_t n = i / OS, o = i - n * OS;
-        acc += dy[(n * K + k) * OS + o];
-    }
-    int t = threadIdx.x;
-    sh[t] = acc;
-    __syncthreads();
-    for (int s = DNN_THREADS / 2; s > 0; s >>= 1) {
-        if (t < s) sh[t] += sh[t + s];
-        __syncthreads();
-    }
-    if (t == 0) db[k] += (float)sh[0];
+    dnn_bias_add_kernel<<<hsi_cu_blocks(total, DNN_THREADS), DNN_THREADS, 0, hsi_cu_stream()>>>(y, b, K, OS,
+                                                                                                total);
+    HSI_CU_LAUNCHED("conv forward (cuDNN): bias");
+    return HSI_OK;
 }
+
 
 static int64_t out_spatial(const hsi_conv_dims *d)
 {
@@ -497,15 +495,13 @@ extern "C" hsi_status hsi_conv_forward_cudnn(float *y, const float *x, const flo
     void *ws = NULL;
     const float one = 1.0f, zero = 0.0f;
     HSI_TRY(dnn_begin(&h, &D, &p, d, 1, op));
-    if (p.fwd_ws) HSI_TRY(hsi_cuda_malloc(&ws, p.fwd_ws));
+    if (p.fwd_ws) DNN_CALL(hsi_cuda_malloc(&ws, p.fwd_ws));
     /* y = 1 * conv(x, w) + 0 * y */
     DNN_TRY(cudnnConvolutionForward, (h, &one, D.x, x, D.w, w, D.conv, p.fwd, ws, p.fwd_ws, &zero,
                                       D.y, y));
     if (b) {
-        int64_t OS = out_spatial(d), total = (int64_t)d->n * d->k * OS;
-        dnn_bias_add_kernel<<<hsi_cu_blocks(total, DNN_THREADS), DNN_THREADS, 0,
-                              hsi_cu_stream()>>>(y, b, d->k, OS, total);
-        HSI_CU_LAUNCHED("conv forward (cuDNN): bias");
+        int64_t OS = out_spatial(d);
+        DNN_CALL(dnn_bias_add(y, b, d->k, OS, (int64_t)d->n * d->k * OS));
     }
 cleanup:
     hsi_cuda_free(ws); /* stream-ordered: the block is reused after this work */
@@ -526,15 +522,12 @@ extern "C" hsi_status hsi_conv_backward_cudnn(float *dx, float *dw, float *db, c
     size_t wsb = 0;
     const float one = 1.0f;
     HSI_TRY(dnn_begin(&h, &D, &p, d, 0, op));
-    if (db) {
-        dnn_db_kernel<<<(unsigned)d->k, DNN_THREADS, 0, hsi_cu_stream()>>>(db, dy, d->n, d->k,
-                                                                           out_spatial(d));
-        HSI_CU_LAUNCHED("conv backward (cuDNN): bias gradient");
-    }
+    /* the im2col path's own sum: the same bits for db on both */
+    if (db) DNN_CALL(hsi_cu_conv_db(db, dy, d->n, d->k, out_spatial(d), "conv backward (cuDNN): bias gradient"));
     /* one workspace for both calls (they run in stream order) */
     if (dw) wsb = p.bwd_filter_ws;
     if (dx && p.bwd_data_ws > wsb) wsb = p.bwd_data_ws;
-    if (wsb) HSI_TRY(hsi_cuda_malloc(&ws, wsb));
+    if (wsb) DNN_CALL(hsi_cuda_malloc(&ws, wsb));
     /* beta = 1: cuDNN blends the result into what is there (accumulates) */
     if (dw)
         DNN_TRY(cudnnConvolutionBackwardFilter, (h, &one, D.x, x, D.y, dy, D.conv, p.bwd_filter,

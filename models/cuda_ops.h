@@ -57,6 +57,10 @@ typedef struct hsi_cuda_model_ops {
 
 /* Plugin side: the filled part (hidden inside libhsi_cuda.so). */
 const hsi_cuda_model_ops *hsi_cu_model_ops(void);
+/* Plugin side: db[k] += the sum over samples and positions of dy (N, K,
+ * os) in double, one block per k (models/layers_cuda.cu; the im2col and
+ * cuDNN convolutions share it, so db is the same bits on both). */
+hsi_status hsi_cu_conv_db(float *db, const float *dy, int64_t n, int64_t k, int64_t os, const char *what);
 
 /* libhsi side: the plugin's part, or NULL with HSI_ERR_NO_CUDA
  * "<what>: <why the plugin cannot be loaded>" set. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cuda_internal.h"
+#include "models/cuda_ops.h"
 #include "models/layers_cuda.h"
 
 #define LC_THREADS 256
@@ -159,6 +160,13 @@ __global__ void conv_db_kernel(float *db, const float *dy, int64_t N, int64_t K,
     if (threadIdx.x == 0) db[k] += (float)s;
 }
 
+hsi_status hsi_cu_conv_db(float *db, const float *dy, int64_t n, int64_t k, int64_t os, const char *what)
+{
+    conv_db_kernel<<<(unsigned)k, LC_THREADS, 0, hsi_cu_stream()>>>(db, dy, n, k, os);
+    HSI_CU_LAUNCHED(what);
+    return HSI_OK;
+}
+
 extern "C" hsi_status hsi_conv_forward_cuda(float *y, const float *x, const float *w,
                                             const float *b, const hsi_conv_dims *d, void *ws)
 {
@@ -213,8 +221,7 @@ extern "C" hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, co
     float *col = (float *)ws;
     const float one = 1.0f, zero = 0.0f;
     if (db) {
-        conv_db_kernel<<<(unsigned)g.K, LC_THREADS, 0, hsi_cu_stream()>>>(db, dy, N, g.K, g.OS);
-        HSI_CU_LAUNCHED("conv backward (CUDA): bias gradient");
+        HSI_CU_TRY(hsi_cu_conv_db(db, dy, N, g.K, g.OS, "conv backward (CUDA): bias gradient"));
     }
     for (int64_t n0 = 0; n0 < N; n0 += chunk) {
         int64_t nc = N - n0 < chunk ? N - n0 : chunk;

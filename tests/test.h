@@ -96,4 +96,10 @@ struct cJSON *hsi_test_load_json(const char *path);
 
 #define HSI_ASSERT_NEAR(a, b, tol) CU_ASSERT_DOUBLE_EQUAL((a), (b), (tol))
 
+/* CUDA suites (tests/test_cuda.c): max |got - want| <= atol + rtol *
+ * max|want| over n floats (NaN fails), the worst element said on stderr
+ * under `what`; asserts and returns 1 when it holds. */
+int hsi_test_close_f32(const float *got, const float *want, int64_t n, double rtol, double atol,
+                       const char *what);
+
 #endif

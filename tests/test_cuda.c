@@ -74,7 +74,7 @@ static float *host_of(const float *d, int64_t n)
 }
 
 /* max |got - want| <= atol + rtol * max|want|; prints the worst element */
-static int close_f32(const float *got, const float *want, int64_t n, double rtol, double atol,
+int hsi_test_close_f32(const float *got, const float *want, int64_t n, double rtol, double atol,
                      const char *what)
 {
     double mx = 0, worst = 0;
@@ -470,11 +470,11 @@ void hsi_test_cuda_fused_compare(const hsi_view *v, const hsi_norm *nm, const hs
         fo.tile_lines = tile;
         memset(got, 0xff, sizeof(float) * (size_t)N);
         HSI_CHECK_OK(hsi_fused_run_cuda(got, 0, v, nm, p, &fo));
-        close_f32(got, want, N, 1e-4, 0, what);
+        hsi_test_close_f32(got, want, N, 1e-4, 0, what);
         float *d = dev_zero(N);
         HSI_CHECK_OK(hsi_fused_run_cuda(d, 1, v, nm, p, &fo));
         float *h = host_of(d, N);
-        close_f32(h, want, N, 1e-4, 0, what);
+        hsi_test_close_f32(h, want, N, 1e-4, 0, what);
         free(h);
         hsi_cuda_free(d);
     }
@@ -486,7 +486,7 @@ void hsi_test_cuda_fused_compare(const hsi_view *v, const hsi_norm *nm, const hs
     HSI_CHECK_OK(hsi_fused_run_cuda(NULL, 0, v, nm, p, &so));
     CU_ASSERT_EQUAL(sb.calls, (L + tile - 1) / tile);
     CU_ASSERT_EQUAL(sb.bad_order, 0);
-    close_f32(got, want, N, 1e-4, 0, what);
+    hsi_test_close_f32(got, want, N, 1e-4, 0, what);
     free(want);
     free(got);
 }
@@ -565,7 +565,7 @@ static void test_fused_device_cube(void)
     hsi_fused_opts fo = {.tile_lines = 3};
     HSI_CHECK_OK(hsi_fused_run_cuda(d, 1, &dv, NULL, &p, &fo));
     float *h = host_of(d, N);
-    close_f32(h, want, N, 1e-4, 0, "fused, device cube");
+    hsi_test_close_f32(h, want, N, 1e-4, 0, "fused, device cube");
     free(h);
     hsi_cuda_free(d);
     free(want);
@@ -618,7 +618,7 @@ static void test_patches(void)
                                                       aug, 1234 + P));
                 float *got = host_of(d, n * per);
                 /* copies are exact; the noise differs only by libm's last bits */
-                close_f32(got, want, n * per, 0, aug ? 1e-6 : 0, "patches");
+                hsi_test_close_f32(got, want, n * per, 0, aug ? 1e-6 : 0, "patches");
                 free(got);
                 hsi_cuda_free(d);
                 free(want);
@@ -667,10 +667,10 @@ static void conv_case(int nd, int n, int c, int k, const int *in, const int *ker
     HSI_CHECK_OK(hsi_conv_backward_cuda(gdx, gdw, gdb, gdy, gx, gw, &d, gws));
     float *hy = host_of(gy, ny), *hdx = host_of(gdx, nx), *hdw = host_of(gdw, nw),
           *hdb = host_of(gdb, k);
-    close_f32(hy, y, ny, 1e-4, 0, "conv forward");
-    close_f32(hdx, dx, nx, 1e-4, 0, "conv dx");
-    close_f32(hdw, dw, nw, 1e-4, 0, "conv dw");
-    close_f32(hdb, dbb, k, 1e-4, 0, "conv db");
+    hsi_test_close_f32(hy, y, ny, 1e-4, 0, "conv forward");
+    hsi_test_close_f32(hdx, dx, nx, 1e-4, 0, "conv dx");
+    hsi_test_close_f32(hdw, dw, nw, 1e-4, 0, "conv dw");
+    hsi_test_close_f32(hdb, dbb, k, 1e-4, 0, "conv db");
     free(hy), free(hdx), free(hdw), free(hdb), free(ws);
     hsi_cuda_free(gx), hsi_cuda_free(gw), hsi_cuda_free(gb), hsi_cuda_free(gdy), hsi_cuda_free(gy);
     hsi_cuda_free(gdx), hsi_cuda_free(gdw), hsi_cuda_free(gdb), hsi_cuda_free(gws);
@@ -718,8 +718,8 @@ static void pool_case(hsi_pool_kind kind, int nd, const int *in, const int *ker,
         if (isnan(y[i])) hy[i] = y[i] = 0;
     }
     CU_ASSERT_EQUAL(nan_bad, 0);
-    close_f32(hy, y, ny, 1e-6, 0, "pool forward");
-    close_f32(hdx, dx, nx, 1e-6, 0, "pool backward");
+    hsi_test_close_f32(hy, y, ny, 1e-6, 0, "pool forward");
+    hsi_test_close_f32(hdx, dx, nx, 1e-6, 0, "pool backward");
     if (kind == HSI_POOL_MAX) {
         int32_t *ham = malloc(4 * ny);
         HSI_CHECK_OK(hsi_cuda_download(ham, gam, 4 * (size_t)ny));
@@ -757,8 +757,8 @@ static void test_pool_gap(void)
     HSI_CHECK_OK(hsi_gap_forward_cuda(gy, gx, n, c, s));
     HSI_CHECK_OK(hsi_gap_backward_cuda(gdx, gdy, n, c, s));
     float *hy = host_of(gy, n * c), *hdx = host_of(gdx, nx);
-    close_f32(hy, y, n * c, 1e-6, 0, "gap forward");
-    close_f32(hdx, dx, nx, 1e-6, 0, "gap backward");
+    hsi_test_close_f32(hy, y, n * c, 1e-6, 0, "gap forward");
+    hsi_test_close_f32(hdx, dx, nx, 1e-6, 0, "gap backward");
     free(hy), free(hdx), free(x), free(dy), free(y), free(dx);
     hsi_cuda_free(gx), hsi_cuda_free(gy), hsi_cuda_free(gdy), hsi_cuda_free(gdx);
 }
@@ -795,12 +795,12 @@ static void test_bn(void)
                                               gx, affine ? gg : NULL, gsm, gsi, n, c, s, training));
             float *hy = host_of(gy, nx), *hdx = host_of(gdx, nx), *hrm = host_of(grm, 3),
                   *hrv = host_of(grv, 3), *hdg = host_of(gdg, 3), *hdbe = host_of(gdbe, 3);
-            close_f32(hy, y, nx, 1e-4, 0, "bn forward");
-            close_f32(hrm, rm, 3, 1e-5, 0, "bn running mean");
-            close_f32(hrv, rv, 3, 1e-4, 0, "bn running var");
-            close_f32(hdx, dx, nx, 1e-4, 0, "bn dx");
-            close_f32(hdg, dg, 3, 1e-4, 0, "bn dgamma");
-            close_f32(hdbe, dbe, 3, 1e-4, 0, "bn dbeta");
+            hsi_test_close_f32(hy, y, nx, 1e-4, 0, "bn forward");
+            hsi_test_close_f32(hrm, rm, 3, 1e-5, 0, "bn running mean");
+            hsi_test_close_f32(hrv, rv, 3, 1e-4, 0, "bn running var");
+            hsi_test_close_f32(hdx, dx, nx, 1e-4, 0, "bn dx");
+            hsi_test_close_f32(hdg, dg, 3, 1e-4, 0, "bn dgamma");
+            hsi_test_close_f32(hdbe, dbe, 3, 1e-4, 0, "bn dbeta");
             free(hy), free(hdx), free(hrm), free(hrv), free(hdg), free(hdbe);
             free(x), free(dy), free(y), free(dx);
             hsi_cuda_free(gg), hsi_cuda_free(gbe), hsi_cuda_free(grm), hsi_cuda_free(grv);
@@ -822,8 +822,8 @@ static void test_bn_saved(void)
     float *gx = dev_f32(x, nx), *gy = dev_zero(nx), *gsm = dev_zero(2), *gsi = dev_zero(2);
     HSI_CHECK_OK(hsi_bn_forward_cuda(gy, gsm, gsi, NULL, NULL, gx, NULL, NULL, n, c, s, 1e-5f, 0.1f, 1));
     float *hsm = host_of(gsm, 2), *hsi_ = host_of(gsi, 2);
-    close_f32(hsm, sm, 2, 1e-6, 0, "bn saved mean");
-    close_f32(hsi_, si, 2, 1e-5, 0, "bn saved invstd");
+    hsi_test_close_f32(hsm, sm, 2, 1e-6, 0, "bn saved mean");
+    hsi_test_close_f32(hsi_, si, 2, 1e-5, 0, "bn saved invstd");
     free(hsm), free(hsi_), free(x), free(y);
     hsi_cuda_free(gx), hsi_cuda_free(gy), hsi_cuda_free(gsm), hsi_cuda_free(gsi);
 }
@@ -850,8 +850,8 @@ static void test_relu_linear(void)
     HSI_CHECK_OK(hsi_relu_forward_cuda(gy, gx, n));
     HSI_CHECK_OK(hsi_relu_backward_cuda(gdx, gdy, gy, n));
     float *hy = host_of(gy, n), *hdx = host_of(gdx, n);
-    close_f32(hy, want, n, 0, 0, "relu forward");
-    close_f32(hdx, dwant, n, 0, 1e-7, "relu backward");
+    hsi_test_close_f32(hy, want, n, 0, 0, "relu forward");
+    hsi_test_close_f32(hdx, dwant, n, 0, 1e-7, "relu backward");
     free(hy), free(hdx), free(x), free(dy), free(want), free(dwant);
     hsi_cuda_free(gx), hsi_cuda_free(gy), hsi_cuda_free(gdy), hsi_cuda_free(gdx);
 
@@ -894,10 +894,10 @@ static void test_relu_linear(void)
     HSI_CHECK_OK(hsi_linear_backward_cuda(gldx, gldw, gldb, gldy, glx, glw, N, in, out));
     float *a1 = host_of(gly, N * out), *a2 = host_of(gldx, N * in), *a3 = host_of(gldw, out * in),
           *a4 = host_of(gldb, out);
-    close_f32(a1, ry, N * out, 1e-5, 0, "linear forward");
-    close_f32(a2, rdx, N * in, 1e-5, 0, "linear dx");
-    close_f32(a3, rdw, out * in, 1e-5, 0, "linear dw");
-    close_f32(a4, rdb, out, 1e-5, 0, "linear db");
+    hsi_test_close_f32(a1, ry, N * out, 1e-5, 0, "linear forward");
+    hsi_test_close_f32(a2, rdx, N * in, 1e-5, 0, "linear dx");
+    hsi_test_close_f32(a3, rdw, out * in, 1e-5, 0, "linear dw");
+    hsi_test_close_f32(a4, rdb, out, 1e-5, 0, "linear db");
     free(a1), free(a2), free(a3), free(a4);
     free(lx), free(lw), free(lb), free(ldy), free(ry), free(rdx), free(rdw), free(rdb);
     hsi_cuda_free(glx), hsi_cuda_free(glw), hsi_cuda_free(glb), hsi_cuda_free(gldy);
@@ -939,8 +939,8 @@ static void test_cross_entropy(void)
                                                      o.weight ? gw : NULL, N, C, o.label_smoothing,
                                                      o.ignore_index));
         float *hl = host_of(gl, 2), *hdz = host_of(gdz, N * C);
-        close_f32(hl, &want, 1, 1e-5, 0, "cross-entropy loss");
-        close_f32(hdz, hsi_tensor_ptr(z->grad), N * C, 0, 1e-6, "cross-entropy gradient");
+        hsi_test_close_f32(hl, &want, 1, 1e-5, 0, "cross-entropy loss");
+        hsi_test_close_f32(hdz, hsi_tensor_ptr(z->grad), N * C, 0, 1e-6, "cross-entropy gradient");
         free(hl), free(hdz);
         hsi_cuda_free(gz), hsi_cuda_free(gw), hsi_cuda_free(gp), hsi_cuda_free(gl);
         hsi_cuda_free(gdz), hsi_cuda_free(gt);
@@ -979,9 +979,9 @@ static void test_adam(void)
             HSI_CHECK_OK(hsi_adam_step_cuda(gp, gg, gm, gv, n, &o->cfg, step));
         }
         float *hp = host_of(gp, n), *hm = host_of(gm, n), *hv = host_of(gv, n);
-        close_f32(hp, hsi_tensor_ptr(p), n, 1e-6, 0, "Adam parameters");
-        close_f32(hm, hsi_tensor_ptr(o->state1[0]), n, 1e-6, 0, "Adam exp_avg");
-        close_f32(hv, hsi_tensor_ptr(o->state2[0]), n, 1e-6, 0, "Adam exp_avg_sq");
+        hsi_test_close_f32(hp, hsi_tensor_ptr(p), n, 1e-6, 0, "Adam parameters");
+        hsi_test_close_f32(hm, hsi_tensor_ptr(o->state1[0]), n, 1e-6, 0, "Adam exp_avg");
+        hsi_test_close_f32(hv, hsi_tensor_ptr(o->state2[0]), n, 1e-6, 0, "Adam exp_avg_sq");
         free(hp), free(hm), free(hv);
         hsi_cuda_free(gp), hsi_cuda_free(gm), hsi_cuda_free(gv), hsi_cuda_free(gg);
         hsi_optim_free(o);
@@ -1041,7 +1041,7 @@ static void model_parity(const char *name, int bands, int patch, int classes, in
     double lg = 0;
     HSI_CHECK_OK(hsi_dmodel_loss(d, &lg));
     float loss_gpu = (float)lg;
-    close_f32(&loss_gpu, &loss_cpu, 1, 1e-5, 0, "model loss");
+    hsi_test_close_f32(&loss_gpu, &loss_cpu, 1, 1e-5, 0, "model loss");
     HSI_CHECK_OK(hsi_dmodel_to_host(d, mg, 1));
     hsi_named_tensor *sc = NULL, *sg = NULL;
     int nc = 0, ng = 0;
@@ -1063,11 +1063,11 @@ static void model_parity(const char *name, int bands, int patch, int classes, in
         if (b->data.dtype == HSI_I64) {
             CU_ASSERT_EQUAL(*(int64_t *)hsi_tensor_ptr(a), *(int64_t *)hsi_tensor_ptr(b));
         } else if (sc[k].is_buffer) {
-            close_f32(hsi_tensor_ptr(a), hsi_tensor_ptr(b), n, 1e-4, 1e-6, sc[k].name);
+            hsi_test_close_f32(hsi_tensor_ptr(a), hsi_tensor_ptr(b), n, 1e-4, 1e-6, sc[k].name);
         } else {
             CU_ASSERT_PTR_NOT_NULL_FATAL(a->grad);
             CU_ASSERT_PTR_NOT_NULL_FATAL(b->grad);
-            close_f32(hsi_tensor_ptr(a->grad), hsi_tensor_ptr(b->grad), n, 1e-3, 1e-6 * gmax, sc[k].name);
+            hsi_test_close_f32(hsi_tensor_ptr(a->grad), hsi_tensor_ptr(b->grad), n, 1e-3, 1e-6 * gmax, sc[k].name);
         }
     }
     hsi_optim *o = NULL;
@@ -1078,7 +1078,7 @@ static void model_parity(const char *name, int bands, int patch, int classes, in
     HSI_CHECK_OK(hsi_dmodel_to_host(d, mg, 0));
     for (int k = 0; k < nc; k++)
         if (!sc[k].is_buffer)
-            close_f32(hsi_tensor_ptr(sg[k].t), hsi_tensor_ptr(sc[k].t), hsi_tensor_count(sc[k].t), 0,
+            hsi_test_close_f32(hsi_tensor_ptr(sg[k].t), hsi_tensor_ptr(sc[k].t), hsi_tensor_count(sc[k].t), 0,
                       2.5 * cfg.lr, sc[k].name);
     /* eval: the GPU's logits equal the CPU engine's with the GPU's parameters */
     hsi_module_train(mg, 0);
@@ -1089,7 +1089,7 @@ static void model_parity(const char *name, int bands, int patch, int classes, in
     const float *dl = NULL;
     HSI_CHECK_OK(hsi_dmodel_predict(d, &dl, gx, batch));
     float *hl = host_of(dl, (int64_t)batch * classes);
-    close_f32(hl, hsi_tensor_ptr(logits), (int64_t)batch * classes, 1e-4, 0, "model eval logits");
+    hsi_test_close_f32(hl, hsi_tensor_ptr(logits), (int64_t)batch * classes, 1e-4, 0, "model eval logits");
     /* a second training step runs (no allocation needed: the cache serves it) */
     hsi_cuda_mem_stats m0, m1;
     hsi_cuda_mem_get(&m0);

@@ -51,27 +51,6 @@ static float *host_copy(const float *d, int64_t n)
     return h;
 }
 
-/* max |got - want| <= atol + rtol * max|want|; prints the worst element */
-static void close_f32(const float *got, const float *want, int64_t n, double rtol, double atol,
-                      const char *what)
-{
-    double mx = 0, worst = 0;
-    int64_t wi = 0;
-    for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)want[i]));
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)want[i]);
-        if (!(d <= worst)) {
-            worst = isnan(d) ? INFINITY : d;
-            wi = i;
-        }
-    }
-    int ok = worst <= atol + rtol * mx;
-    if (!ok)
-        fprintf(stderr, "\n  %s: element %lld: got %.9g, want %.9g (max |want| %.4g, tol %.3g)\n",
-                what, (long long)wi, (double)got[wi], (double)want[wi], mx, atol + rtol * mx);
-    CU_ASSERT(ok);
-}
-
 /* 1 when cuDNN runs here; else a note and the case passes */
 static int have_cudnn(const char *which)
 {
@@ -123,13 +102,13 @@ static void conv_pair(int nd, int n, int c, int k, const int *in, const int *ker
     float *hdb[2] = {host_copy(db_ref, k), host_copy(db_dnn, k)};
     char label[128];
     snprintf(label, sizeof label, "%s: forward", what);
-    close_f32(hy[1], hy[0], ny, 1e-4, 0, label);
+    hsi_test_close_f32(hy[1], hy[0], ny, 1e-4, 0, label);
     snprintf(label, sizeof label, "%s: dx", what);
-    close_f32(hdx[1], hdx[0], nx, 1e-4, 0, label);
+    hsi_test_close_f32(hdx[1], hdx[0], nx, 1e-4, 0, label);
     snprintf(label, sizeof label, "%s: dw", what);
-    close_f32(hdw[1], hdw[0], nw, 1e-4, 0, label);
+    hsi_test_close_f32(hdw[1], hdw[0], nw, 1e-4, 0, label);
     snprintf(label, sizeof label, "%s: db", what);
-    close_f32(hdb[1], hdb[0], k, 1e-4, 0, label);
+    hsi_test_close_f32(hdb[1], hdb[0], k, 1e-4, 0, label);
     /* the gradients did move away from their starting values */
     CU_ASSERT(memcmp(hdx[1], dx0, sizeof(float) * (size_t)nx) != 0);
     CU_ASSERT(memcmp(hdw[1], dw0, sizeof(float) * (size_t)nw) != 0);
@@ -257,22 +236,22 @@ static void dmodel_pair(const char *name, int bands, int patch, int classes, int
         if (b->data.dtype == HSI_I64) {
             CU_ASSERT_EQUAL(*(int64_t *)hsi_tensor_ptr(a), *(int64_t *)hsi_tensor_ptr(b));
         } else if (s[0][k].is_buffer) {
-            close_f32(hsi_tensor_ptr(a), hsi_tensor_ptr(b), n, 1e-4, 1e-6, s[0][k].name);
+            hsi_test_close_f32(hsi_tensor_ptr(a), hsi_tensor_ptr(b), n, 1e-4, 1e-6, s[0][k].name);
         } else {
             CU_ASSERT_PTR_NOT_NULL_FATAL(a->grad);
             CU_ASSERT_PTR_NOT_NULL_FATAL(b->grad);
-            close_f32(hsi_tensor_ptr(a->grad), hsi_tensor_ptr(b->grad), n, 1e-3, 1e-6 * gmax,
+            hsi_test_close_f32(hsi_tensor_ptr(a->grad), hsi_tensor_ptr(b->grad), n, 1e-3, 1e-6 * gmax,
                       s[0][k].name);
         }
     }
-    close_f32(logits[1], logits[0], (int64_t)batch * classes, 1e-4, 0, "eval logits");
+    hsi_test_close_f32(logits[1], logits[0], (int64_t)batch * classes, 1e-4, 0, "eval logits");
     for (int v = 0; v < 2; v++) {
         HSI_CHECK_OK(hsi_dmodel_optim_step(d[v]));
         HSI_CHECK_OK(hsi_dmodel_to_host(d[v], m[v], 0));
     }
     for (int k = 0; k < ns[0]; k++)
         if (!s[0][k].is_buffer)
-            close_f32(hsi_tensor_ptr(s[1][k].t), hsi_tensor_ptr(s[0][k].t),
+            hsi_test_close_f32(hsi_tensor_ptr(s[1][k].t), hsi_tensor_ptr(s[0][k].t),
                       hsi_tensor_count(s[0][k].t), 0, 2.5 * cfg.lr, s[0][k].name);
     /* back to gemm and a short batch: both run */
     HSI_CHECK_OK(hsi_dmodel_set_conv(d[1], HSI_GPU_CONV_GEMM));
