@@ -48,6 +48,12 @@ struct hsi_dmodel {
     hsi_optim_config cfg;
     int64_t step, calls, last_n;
     uint64_t seed;
+    /* every parameter, gradient and Adam moment in one device block: four
+     * regions of arena_n floats (parameters, gradients, m, v), each tensor
+     * at the same offset in all four (multiples of 16 floats, the gaps
+     * zero): one memset zeroes the gradients, one launch steps AdamW */
+    float *arena;
+    int64_t arena_n, arena_used;
 };
 
 static int64_t prod(const int64_t *s, int n)
@@ -91,6 +97,40 @@ static hsi_status upload(float **dev, const hsi_tensor *t, const char *what)
     hsi_status st = hsi_cuda_malloc((void **)dev, n);
     if (st == HSI_OK) st = hsi_cuda_upload(*dev, hsi_tensor_ptr(t), n);
     return st;
+}
+
+#define ARENA_ALIGN 16 /* floats: every tensor starts on 64 bytes */
+
+static int64_t arena_round(int64_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+/* The floats the arena needs for m's parameters (the tensors plan_layer
+ * puts in it: conv, batch norm and linear weights and biases). */
+static int64_t arena_need(const hsi_dmodel *d)
+{
+    int64_t n = 0;
+    for (int i = 0; i < d->nl; i++) {
+        const hsi_module *m = d->l[i].mod;
+        int np = m->kind == HSI_MOD_CONV || m->kind == HSI_MOD_LINEAR ? (m->n_tensors > 1 ? 2 : 1)
+                 : m->kind == HSI_MOD_BATCHNORM ? 2 : 0;
+        for (int k = 0; k < np && k < m->n_tensors; k++) n += arena_round(hsi_tensor_count(m->tensors[k].t));
+    }
+    return n;
+}
+
+/* Parameter t of a layer into the arena's next slot: *p its value
+ * (uploaded), *g, *mo, *v its gradient and moments (zero). */
+static hsi_status param_slot(hsi_dmodel *d, float **p, float **g, float **mo, float **v, const hsi_tensor *t,
+                             const char *what)
+{
+    int64_t n = hsi_tensor_count(t), off = d->arena_used;
+    if (off + n > d->arena_n)
+        return HSI_FAIL(HSI_ERR_STATE, "device model: parameter %s does not fit the arena", what);
+    d->arena_used = off + arena_round(n);
+    *p = d->arena + off;
+    *g = d->arena + d->arena_n + off;
+    *mo = d->arena + 2 * d->arena_n + off;
+    *v = d->arena + 3 * d->arena_n + off;
+    return hsi_cuda_upload(*p, hsi_tensor_ptr(t), sizeof(float) * (size_t)n);
 }
 
 static hsi_status dzeros(float **dev, int64_t n)
@@ -139,10 +179,10 @@ static hsi_status plan_layer(hsi_dmodel *d, dm_layer *L, size_t *ws_bytes)
         size_t wsb = hsi_conv_workspace_bytes_cuda(&cd);
         if (wsb > *ws_bytes) *ws_bytes = wsb;
         L->has_bias = m->n_tensors > 1;
-        HSI_TRY(upload(&L->w, w, m->tensors[0].name));
+        HSI_TRY(param_slot(d, &L->w, &L->dw, &L->mw, &L->vw, w, m->tensors[0].name));
         L->nw = hsi_tensor_count(w);
         if (L->has_bias) {
-            HSI_TRY(upload(&L->b, m->tensors[1].t, m->tensors[1].name));
+            HSI_TRY(param_slot(d, &L->b, &L->db, &L->mb, &L->vb, m->tensors[1].t, m->tensors[1].name));
             L->nb = hsi_tensor_count(m->tensors[1].t);
         }
         break;
@@ -152,8 +192,8 @@ static hsi_status plan_layer(hsi_dmodel *d, dm_layer *L, size_t *ws_bytes)
             return HSI_FAIL(HSI_ERR_ARG, "device model: %s needs (C, ...) inputs", mname(m));
         L->c = (int)L->in_shape[0];
         L->s = prod(L->in_shape + 1, L->in_nd - 1);
-        HSI_TRY(upload(&L->w, m->tensors[0].t, m->tensors[0].name));
-        HSI_TRY(upload(&L->b, m->tensors[1].t, m->tensors[1].name));
+        HSI_TRY(param_slot(d, &L->w, &L->dw, &L->mw, &L->vw, m->tensors[0].t, m->tensors[0].name));
+        HSI_TRY(param_slot(d, &L->b, &L->db, &L->mb, &L->vb, m->tensors[1].t, m->tensors[1].name));
         HSI_TRY(upload(&L->rm, m->tensors[2].t, m->tensors[2].name));
         HSI_TRY(upload(&L->rv, m->tensors[3].t, m->tensors[3].name));
         L->num_batches = *(const int64_t *)hsi_tensor_ptr(m->tensors[4].t);
@@ -170,10 +210,10 @@ static hsi_status plan_layer(hsi_dmodel *d, dm_layer *L, size_t *ws_bytes)
                             (long long)L->in_per, L->in_nd);
         L->out_shape[0] = m->out_features;
         L->has_bias = m->n_tensors > 1;
-        HSI_TRY(upload(&L->w, m->tensors[0].t, m->tensors[0].name));
+        HSI_TRY(param_slot(d, &L->w, &L->dw, &L->mw, &L->vw, m->tensors[0].t, m->tensors[0].name));
         L->nw = hsi_tensor_count(m->tensors[0].t);
         if (L->has_bias) {
-            HSI_TRY(upload(&L->b, m->tensors[1].t, m->tensors[1].name));
+            HSI_TRY(param_slot(d, &L->b, &L->db, &L->mb, &L->vb, m->tensors[1].t, m->tensors[1].name));
             L->nb = m->out_features;
         }
         break;
@@ -230,16 +270,6 @@ static hsi_status plan_layer(hsi_dmodel *d, dm_layer *L, size_t *ws_bytes)
                         mname(m), (int)L->kind);
     }
     L->out_per = prod(L->out_shape, L->out_nd);
-    if (L->nw) {
-        HSI_TRY(dzeros(&L->dw, L->nw));
-        HSI_TRY(dzeros(&L->mw, L->nw));
-        HSI_TRY(dzeros(&L->vw, L->nw));
-    }
-    if (L->nb) {
-        HSI_TRY(dzeros(&L->db, L->nb));
-        HSI_TRY(dzeros(&L->mb, L->nb));
-        HSI_TRY(dzeros(&L->vb, L->nb));
-    }
 cleanup:
     return st;
 }
@@ -280,6 +310,8 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
         st = HSI_FAIL(HSI_ERR_NOMEM, "device model: out of memory");
         goto cleanup;
     }
+    d->arena_n = arena_need(d);
+    HSI_TRY(dzeros(&d->arena, 4 * d->arena_n));
     int nd = sample_ndim;
     int64_t shape[HSI_MAX_DIMS] = {0};
     memcpy(shape, sample_shape, sizeof(int64_t) * (size_t)nd);
@@ -318,8 +350,7 @@ void hsi_dmodel_free(hsi_dmodel *d)
     if (!d) return;
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
-        float *p[] = {L->w, L->b, L->dw, L->db, L->mw, L->vw, L->mb, L->vb,
-                      L->rm, L->rv, L->save_mean, L->save_invstd, L->mask};
+        float *p[] = {L->rm, L->rv, L->save_mean, L->save_invstd, L->mask}; /* the rest is in the arena */
         for (size_t k = 0; k < sizeof p / sizeof p[0]; k++) hsi_cuda_free(p[k]);
         hsi_cuda_free(L->argmax);
     }
@@ -327,6 +358,7 @@ void hsi_dmodel_free(hsi_dmodel *d)
         for (int i = 0; i <= d->nl; i++) hsi_cuda_free(d->own_act[i]);
     if (d->own_dact)
         for (int i = 0; i <= d->nl; i++) hsi_cuda_free(d->own_dact[i]);
+    hsi_cuda_free(d->arena);
     hsi_cuda_free(d->ws);
     hsi_cuda_free(d->prob);
     hsi_cuda_free(d->loss);
@@ -503,11 +535,7 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
     for (int i = 1; i <= d->nl; i++)
         if (d->own_dact[i])
             HSI_TRY(hsi_cuda_memset(d->own_dact[i], 0, sizeof(float) * (size_t)(n * d->l[i - 1].out_per)));
-    for (int i = 0; i < d->nl; i++) {
-        dm_layer *L = &d->l[i];
-        if (L->dw) HSI_TRY(hsi_cuda_memset(L->dw, 0, sizeof(float) * (size_t)L->nw));
-        if (L->db) HSI_TRY(hsi_cuda_memset(L->db, 0, sizeof(float) * (size_t)L->nb));
-    }
+    if (d->arena_n) HSI_TRY(hsi_cuda_memset(d->arena + d->arena_n, 0, sizeof(float) * (size_t)d->arena_n));
     HSI_TRY(forward(d, n, 1));
     d->calls++;
     d->last_n = n;
@@ -564,11 +592,11 @@ hsi_status hsi_dmodel_optim_step(hsi_dmodel *d)
 {
     hsi_status st = HSI_OK;
     d->step++;
-    for (int i = 0; i < d->nl; i++) {
-        dm_layer *L = &d->l[i];
-        if (L->nw) HSI_TRY(hsi_adam_step_cuda(L->w, L->dw, L->mw, L->vw, L->nw, &d->cfg, d->step));
-        if (L->nb) HSI_TRY(hsi_adam_step_cuda(L->b, L->db, L->mb, L->vb, L->nb, &d->cfg, d->step));
-    }
+    /* the whole arena at once: the same operations per element as one
+     * launch per tensor (the zero gaps stay zero) */
+    if (d->arena_n)
+        HSI_TRY(hsi_adam_step_cuda(d->arena, d->arena + d->arena_n, d->arena + 2 * d->arena_n,
+                                   d->arena + 3 * d->arena_n, d->arena_n, &d->cfg, d->step));
 cleanup:
     return st;
 }
