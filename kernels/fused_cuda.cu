@@ -1,9 +1,12 @@
 /* fused_cuda.cu — the fused select -> normalise -> project pass on the GPU
- * (see hsi_fused_run_cuda in kernels/cuda.h). Per tile of lines: one
- * kernel turns raw elements into normalised float features (one thread per
- * pixel, bands in the selection's order), then one cuBLAS sgemm projects
- * them on the whitened components straight into the output layout. Float32
- * throughout, like the CPU pass. Not the statistics or the PCA fit. */
+ * (see hsi_fused_run_cuda in kernels/cuda.h). Per tile of lines: with PCA
+ * (up to 64 components, no l2, a dtype with a typed loader) one kernel
+ * normalises and projects each pixel straight into the output layout
+ * (fused_proj); else one kernel turns raw elements into normalised float
+ * features (one thread per pixel, bands in the selection's order) and, with
+ * PCA, one cuBLAS sgemm projects them on the whitened components. Float32
+ * throughout, like the CPU pass. Also the PCA covariance
+ * (hsi_covariance_cuda). Not the statistics or the eigendecomposition. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,7 +121,7 @@ static int fx_kc(int64_t k) { return k <= 8 ? 8 : k <= 16 ? 16 : k <= 32 ? 32 : 
 
 template <typename LD, int KC>
 static hsi_status fx_launch_kc(float *C, int64_t cs_p, int64_t cs_j, const hsi_cu_cube &dc,
-                               const fused_coef &kc, const float *W, int64_t nf, int64_t k,
+                               const fused_coef &coef, const float *W, int64_t nf, int64_t k,
                                int has_fill, int has_ig, float ig, size_t shb)
 {
     const char *what = "fused pass (CUDA): projection kernel";
@@ -133,7 +136,7 @@ static hsi_status fx_launch_kc(float *C, int64_t cs_p, int64_t cs_j, const hsi_c
     int64_t grid = (int64_t)nsm * (per > 0 ? per : 1);
     if (grid > need) grid = need > 0 ? need : 1;
     fused_proj<LD, KC><<<(unsigned)grid, FX_THREADS, shb, hsi_cu_stream()>>>(
-        C, cs_p, cs_j, dc, kc, W, (int)nf, (int)k, has_fill, has_ig, ig);
+        C, cs_p, cs_j, dc, coef, W, (int)nf, (int)k, has_fill, has_ig, ig);
     HSI_CU_LAUNCHED(what);
     return HSI_OK;
 }
@@ -143,7 +146,7 @@ static hsi_status fx_launch_kc(float *C, int64_t cs_p, int64_t cs_j, const hsi_c
  * aligned or of a dtype without its own loader, or W and the coefficients
  * beyond the device's shared memory per block. */
 static hsi_status fx_project(int *done, float *C, int64_t cs_p, int64_t cs_j, const hsi_cu_cube &dc,
-                             const fused_coef &kc, const float *W, int64_t nf, int64_t k,
+                             const fused_coef &coef, const float *W, int64_t nf, int64_t k,
                              int has_fill, int has_ig, float ig)
 {
     *done = 0;
@@ -155,7 +158,7 @@ static hsi_status fx_project(int *done, float *C, int64_t cs_p, int64_t cs_j, co
                "fused pass (CUDA): shared memory per block");
     if (shb > (size_t)optin) return HSI_OK;
     *done = 1;
-#define FX_KC(L, KC_) return fx_launch_kc<L, KC_>(C, cs_p, cs_j, dc, kc, W, nf, k, has_fill, has_ig, ig, shb)
+#define FX_KC(L, KC_) return fx_launch_kc<L, KC_>(C, cs_p, cs_j, dc, coef, W, nf, k, has_fill, has_ig, ig, shb)
 #define FX_L(L)                                                                    \
     do {                                                                           \
         if (kp == 8) FX_KC(L, 8);                                                  \
