@@ -379,7 +379,7 @@ static void fused_gpu(fused_ctx *c, const hsi_view *dv, const char *layout)
         /* the pass's bound: its bytes at the device copy rate or its
          * projection's multiply-adds at the sgemm rate, whichever is slower */
         int64_t npix = c->cube.shape[1] * c->cube.shape[2];
-        double flops = 2.0 * (double)c->cube.shape[0] * 30 * (double)npix;
+        double flops = 2.0 * (double)c->cube.shape[0] * (double)c->pca.n_components * (double)npix;
         double tb = fmax((c->in_bytes + out_bytes) / (g_memcpy_gbps * 1e9), flops / (g_sgemm_gflops * 1e9));
         snprintf(key, sizeof key, "gpu_fused_device_%s_of_bound", layout);
         emit(key, "%.3f", tb / best);

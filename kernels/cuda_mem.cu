@@ -241,59 +241,39 @@ extern "C" void hsi_cuda_free(void *p)
  * bytes stay cached; HSI_CUDA_NO_CACHE=1: exact cudaHostAlloc/cudaFreeHost. */
 #define HSI_PINNED_CACHE ((size_t)1 << 30)
 
-typedef struct pin_block {
-    void *ptr;
-    size_t size;
-} pin_block;
-
-static pin_block *g_pin_free, *g_pin_used;
-static int64_t g_pin_nfree, g_pin_nused, g_pin_cap_free, g_pin_cap_used;
+/* cu_block's ptr and size only (no stream or event: see above) */
+static cu_list g_pin_free, g_pin_used;
 static size_t g_pin_cached;
-
-static int pin_push(pin_block **a, int64_t *n, int64_t *cap, pin_block b)
-{
-    if (*n == *cap) {
-        int64_t nc = *cap ? 2 * *cap : 16;
-        pin_block *na = (pin_block *)realloc(*a, sizeof(pin_block) * (size_t)nc);
-        if (!na) return 0;
-        *a = na;
-        *cap = nc;
-    }
-    (*a)[(*n)++] = b;
-    return 1;
-}
 
 hsi_status hsi_cu_pinned_alloc(void **out, size_t n, const char *what)
 {
     *out = NULL;
-    size_t cls = size_class(n ? n : 1);
+    cu_block b = {NULL, size_class(n ? n : 1), NULL, NULL};
     pthread_mutex_lock(&g_mem_lock);
     if (!no_cache())
-        for (int64_t i = g_pin_nfree - 1; i >= 0; i--)
-            if (g_pin_free[i].size == cls && pin_push(&g_pin_used, &g_pin_nused, &g_pin_cap_used, g_pin_free[i])) {
-                *out = g_pin_free[i].ptr;
-                g_pin_cached -= cls;
-                g_pin_free[i] = g_pin_free[--g_pin_nfree];
+        for (int64_t i = g_pin_free.n - 1; i >= 0; i--)
+            if (g_pin_free.a[i].size == b.size && list_push(&g_pin_used, &g_pin_free.a[i])) {
+                *out = g_pin_free.a[i].ptr;
+                g_pin_cached -= b.size;
+                list_remove(&g_pin_free, i);
                 pthread_mutex_unlock(&g_mem_lock);
                 return HSI_OK;
             }
     pthread_mutex_unlock(&g_mem_lock);
-    void *p = NULL;
-    cudaError_t e = cudaHostAlloc(&p, cls, cudaHostAllocDefault);
+    cudaError_t e = cudaHostAlloc(&b.ptr, b.size, cudaHostAllocDefault);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return hsi_fail(HSI_ERR_NOMEM, "%s: cannot page-lock %.1f MiB of host memory: %s", what,
-                        (double)cls / 1048576, cudaGetErrorString(e));
+                        (double)b.size / 1048576, cudaGetErrorString(e));
     }
-    pin_block b = {p, cls};
     pthread_mutex_lock(&g_mem_lock);
-    int ok = pin_push(&g_pin_used, &g_pin_nused, &g_pin_cap_used, b);
+    int ok = list_push(&g_pin_used, &b);
     pthread_mutex_unlock(&g_mem_lock);
     if (!ok) {
-        cudaFreeHost(p);
+        cudaFreeHost(b.ptr);
         return hsi_fail(HSI_ERR_NOMEM, "%s: out of memory", what);
     }
-    *out = p;
+    *out = b.ptr;
     return HSI_OK;
 }
 
@@ -301,12 +281,11 @@ void hsi_cu_pinned_free(void *p)
 {
     if (!p) return;
     pthread_mutex_lock(&g_mem_lock);
-    for (int64_t i = 0; i < g_pin_nused; i++)
-        if (g_pin_used[i].ptr == p) {
-            pin_block b = g_pin_used[i];
-            g_pin_used[i] = g_pin_used[--g_pin_nused];
-            if (!no_cache() && g_pin_cached + b.size <= HSI_PINNED_CACHE &&
-                pin_push(&g_pin_free, &g_pin_nfree, &g_pin_cap_free, b)) {
+    for (int64_t i = 0; i < g_pin_used.n; i++)
+        if (g_pin_used.a[i].ptr == p) {
+            cu_block b = g_pin_used.a[i];
+            list_remove(&g_pin_used, i);
+            if (!no_cache() && g_pin_cached + b.size <= HSI_PINNED_CACHE && list_push(&g_pin_free, &b)) {
                 g_pin_cached += b.size;
                 p = NULL;
             }
@@ -318,8 +297,8 @@ void hsi_cu_pinned_free(void *p)
 
 static void pin_trim_locked(void)
 {
-    for (int64_t i = 0; i < g_pin_nfree; i++) cudaFreeHost(g_pin_free[i].ptr);
-    g_pin_nfree = 0;
+    for (int64_t i = 0; i < g_pin_free.n; i++) cudaFreeHost(g_pin_free.a[i].ptr);
+    g_pin_free.n = 0;
     g_pin_cached = 0;
 }
 
