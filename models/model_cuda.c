@@ -1,9 +1,13 @@
-/* model_cuda.c — a module trained on the GPU (see model_cuda.h): the module
- * tree is flattened into a list of layers with per-sample shapes, every
- * parameter/buffer gets a device copy plus gradient and Adam state, and a
- * step calls the launchers of layers_cuda.h in order. Plain C over the CUDA
- * API of kernels/cuda.h: compiled in every build (without CUDA the first
- * call says HSI_ERR_NO_CUDA). Not the engine's graph. */
+/* model_cuda.c — a module trained on the GPU (see model_cuda.h): the
+ * module's layer description (hsi_module_layers, nn.h: the leaves and
+ * their per-sample shapes, the same the CPU engine runs) with, per module
+ * kind, its device implementation (g_kinds: buffers, forward, backward by
+ * the launchers of layers_cuda.h); every parameter gets a device copy plus
+ * gradient and Adam state in one arena. Plain C over the CUDA API of
+ * kernels/cuda.h: compiled in every build (without CUDA the first call
+ * says HSI_ERR_NO_CUDA). Not the engine's graph: the device backward is
+ * each kind's own, checked against the engine's gradients by the parity
+ * suites (tests/test_cuda.c). */
 #include "models/model_cuda.h"
 
 #include <math.h>
@@ -14,29 +18,41 @@
 #include "kernels/cuda.h"
 #include "models/layers_cuda.h"
 
-typedef struct dm_layer {
-    hsi_module *mod;
+typedef struct dm_layer dm_layer;
+
+/* The device implementation of a module kind: the buffers it needs beyond
+ * its activations (plan, NULL: none), forward and backward of n samples by
+ * the launchers of layers_cuda.h. x, y: the layer's input and output, dx,
+ * dy: their gradients (dx NULL for the first layer); backward accumulates
+ * into dx and the parameter gradients. forward NULL: an alias (flatten,
+ * reshape), whose output is its input. The CPU implementations of the same
+ * kinds are the engine's ops (nn.c's forward). */
+typedef struct dm_kind {
     hsi_module_kind kind;
-    int in_nd, out_nd;  /* per-sample dims */
-    int64_t in_shape[HSI_MAX_DIMS], out_shape[HSI_MAX_DIMS];
-    int64_t in_per, out_per;
-    int alias;          /* flatten / reshape: the output is the input */
-    int sp_nd;          /* conv/pool spatial dims */
-    int sp_in[3];
-    int c, k;           /* channels in / out (conv), channels (bn, gap, pool) */
-    int64_t s;          /* bn / gap: elements per channel per sample */
-    int has_bias;
+    hsi_status (*plan)(hsi_dmodel *d, dm_layer *L);
+    hsi_status (*forward)(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n,
+                          int training);
+    hsi_status (*backward)(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
+                           const float *y, int64_t n);
+} dm_kind;
+
+struct dm_layer {
+    hsi_layer g;          /* the description (nn.h): module, per-sample shapes */
+    const dm_kind *ops;
+    int index;            /* in the model: dropout's mask stream */
     int dnn_fwd, dnn_bwd; /* conv: forward / backward by cuDNN (else im2col + cuBLAS) */
     int64_t nw, nb;
     float *w, *b, *dw, *db, *mw, *vw, *mb, *vb;
     float *rm, *rv, *save_mean, *save_invstd, *mask;
     int32_t *argmax;
     int64_t num_batches;
-} dm_layer;
+};
 
 struct hsi_dmodel {
     dm_layer *l;
-    int nl, cap;
+    int nl;
+    int sample_nd;
+    int64_t sample_shape[HSI_MAX_DIMS];
     int64_t max_batch;
     int classes;
     float **act, **dact;          /* nl + 1 each, set per call (aliases resolved) */
@@ -56,36 +72,6 @@ struct hsi_dmodel {
     int64_t arena_n, arena_used;
 };
 
-static int64_t prod(const int64_t *s, int n)
-{
-    int64_t p = 1;
-    for (int i = 0; i < n; i++) p *= s[i];
-    return p;
-}
-
-static hsi_status collect(hsi_dmodel *d, hsi_module *m)
-{
-    if (m->kind == HSI_MOD_SEQUENTIAL) {
-        for (int i = 0; i < m->n_children; i++) {
-            hsi_status st = collect(d, m->children[i]);
-            if (st != HSI_OK) return st;
-        }
-        return HSI_OK;
-    }
-    if (d->nl == d->cap) {
-        int nc = d->cap ? 2 * d->cap : 16;
-        dm_layer *nl = realloc(d->l, sizeof *nl * (size_t)nc);
-        if (!nl) return HSI_FAIL(HSI_ERR_NOMEM, "device model: out of memory");
-        d->l = nl;
-        d->cap = nc;
-    }
-    memset(&d->l[d->nl], 0, sizeof d->l[d->nl]);
-    d->l[d->nl].mod = m;
-    d->l[d->nl].kind = m->kind;
-    d->nl++;
-    return HSI_OK;
-}
-
 static const char *mname(const hsi_module *m) { return m->name[0] ? m->name : "(root)"; }
 
 /* f32 packed host tensor -> new device copy */
@@ -103,16 +89,21 @@ static hsi_status upload(float **dev, const hsi_tensor *t, const char *what)
 
 static int64_t arena_round(int64_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 
-/* The floats the arena needs for m's parameters (the tensors plan_layer
- * puts in it: conv, batch norm and linear weights and biases). */
+/* The trained tensors of a module: weight and bias of conv and linear
+ * (the bias optional), batch norm's weight and bias; 0 for the others. */
+static int n_trained(const hsi_module *m)
+{
+    if (m->kind == HSI_MOD_CONV || m->kind == HSI_MOD_LINEAR) return m->n_tensors > 1 ? 2 : 1;
+    return m->kind == HSI_MOD_BATCHNORM ? 2 : 0;
+}
+
+/* The floats the arena needs for the model's trained tensors. */
 static int64_t arena_need(const hsi_dmodel *d)
 {
     int64_t n = 0;
     for (int i = 0; i < d->nl; i++) {
-        const hsi_module *m = d->l[i].mod;
-        int np = m->kind == HSI_MOD_CONV || m->kind == HSI_MOD_LINEAR ? (m->n_tensors > 1 ? 2 : 1)
-                 : m->kind == HSI_MOD_BATCHNORM ? 2 : 0;
-        for (int k = 0; k < np && k < m->n_tensors; k++) n += arena_round(hsi_tensor_count(m->tensors[k].t));
+        const hsi_module *m = d->l[i].g.mod;
+        for (int k = 0; k < n_trained(m); k++) n += arena_round(hsi_tensor_count(m->tensors[k].t));
     }
     return n;
 }
@@ -133,6 +124,21 @@ static hsi_status param_slot(hsi_dmodel *d, float **p, float **g, float **mo, fl
     return hsi_cuda_upload(*p, hsi_tensor_ptr(t), sizeof(float) * (size_t)n);
 }
 
+/* The layer's weight (and bias, when it has one) into the arena. */
+static hsi_status plan_params(hsi_dmodel *d, dm_layer *L)
+{
+    hsi_status st = HSI_OK;
+    const hsi_module *m = L->g.mod;
+    HSI_TRY(param_slot(d, &L->w, &L->dw, &L->mw, &L->vw, m->tensors[0].t, m->tensors[0].name));
+    L->nw = hsi_tensor_count(m->tensors[0].t);
+    if (n_trained(m) > 1) {
+        HSI_TRY(param_slot(d, &L->b, &L->db, &L->mb, &L->vb, m->tensors[1].t, m->tensors[1].name));
+        L->nb = hsi_tensor_count(m->tensors[1].t);
+    }
+cleanup:
+    return st;
+}
+
 static hsi_status dzeros(float **dev, int64_t n)
 {
     hsi_status st = hsi_cuda_malloc((void **)dev, sizeof(float) * (size_t)(n > 0 ? n : 1));
@@ -140,138 +146,191 @@ static hsi_status dzeros(float **dev, int64_t n)
     return st;
 }
 
-static hsi_status conv_dims(hsi_conv_dims *cd, const dm_layer *L, int64_t n)
+/* ------------------------------------------------------------ the kinds */
+
+static hsi_status conv_plan(hsi_dmodel *d, dm_layer *L)
 {
-    const hsi_module *m = L->mod;
-    return hsi_conv_dims_init(cd, L->sp_nd, (int)n, L->c, L->k, L->sp_in, m->ker, m->stride, m->pad);
+    hsi_conv_dims cd;
+    hsi_status st = hsi_layer_conv_dims(&cd, &L->g, (int)d->max_batch);
+    if (st != HSI_OK) return st;
+    size_t wsb = hsi_conv_workspace_bytes_cuda(&cd);
+    if (wsb > d->ws_bytes) d->ws_bytes = wsb;
+    return plan_params(d, L);
 }
 
-static hsi_status pool_dims(hsi_pool_dims *pd, const dm_layer *L, int64_t n)
+static hsi_status conv_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n, int training)
 {
-    const hsi_module *m = L->mod;
-    return hsi_pool_dims_init(pd, L->kind == HSI_MOD_MAXPOOL ? HSI_POOL_MAX : HSI_POOL_AVG,
-                              L->sp_nd, (int)n, L->c, L->sp_in, m->ker, m->stride, m->pad);
+    (void)training;
+    hsi_conv_dims cd;
+    hsi_status st = hsi_layer_conv_dims(&cd, &L->g, (int)n);
+    if (st != HSI_OK) return st;
+    if (L->dnn_fwd) return hsi_conv_forward_cudnn(y, x, L->w, L->b, &cd);
+    return hsi_conv_forward_cuda(y, x, L->w, L->b, &cd, d->ws);
 }
 
-/* Shapes, parameters and buffers of layer L given its per-sample input. */
-static hsi_status plan_layer(hsi_dmodel *d, dm_layer *L, size_t *ws_bytes)
+static hsi_status conv_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
+                           const float *y, int64_t n)
+{
+    (void)y;
+    hsi_conv_dims cd;
+    hsi_status st = hsi_layer_conv_dims(&cd, &L->g, (int)n);
+    if (st != HSI_OK) return st;
+    if (L->dnn_bwd) return hsi_conv_backward_cudnn(dx, L->dw, L->db, dy, x, L->w, &cd);
+    return hsi_conv_backward_cuda(dx, L->dw, L->db, dy, x, L->w, &cd, d->ws);
+}
+
+static hsi_status bn_plan(hsi_dmodel *d, dm_layer *L)
 {
     hsi_status st = HSI_OK;
-    hsi_module *m = L->mod;
-    int64_t N = d->max_batch;
-    L->in_per = prod(L->in_shape, L->in_nd);
-    L->out_nd = L->in_nd;
-    memcpy(L->out_shape, L->in_shape, sizeof L->out_shape);
-    switch (L->kind) {
-    case HSI_MOD_CONV: {
-        const hsi_tensor *w = m->tensors[0].t;
-        if (L->in_nd != m->nd + 1 || w->data.shape[1] != L->in_shape[0])
-            return HSI_FAIL(HSI_ERR_ARG, "device model: %s expects (%lld, %d spatial dims) per sample",
-                            mname(m), (long long)w->data.shape[1], m->nd);
-        L->sp_nd = m->nd;
-        L->c = (int)L->in_shape[0];
-        L->k = (int)w->data.shape[0];
-        for (int i = 0; i < m->nd; i++) L->sp_in[i] = (int)L->in_shape[1 + i];
-        hsi_conv_dims cd;
-        HSI_TRY(conv_dims(&cd, L, N));
-        L->out_shape[0] = L->k;
-        for (int i = 0; i < m->nd; i++) L->out_shape[1 + i] = cd.out[i];
-        size_t wsb = hsi_conv_workspace_bytes_cuda(&cd);
-        if (wsb > *ws_bytes) *ws_bytes = wsb;
-        L->has_bias = m->n_tensors > 1;
-        HSI_TRY(param_slot(d, &L->w, &L->dw, &L->mw, &L->vw, w, m->tensors[0].name));
-        L->nw = hsi_tensor_count(w);
-        if (L->has_bias) {
-            HSI_TRY(param_slot(d, &L->b, &L->db, &L->mb, &L->vb, m->tensors[1].t, m->tensors[1].name));
-            L->nb = hsi_tensor_count(m->tensors[1].t);
-        }
-        break;
-    }
-    case HSI_MOD_BATCHNORM: {
-        if (L->in_nd < 1 || m->n_tensors < 5)
-            return HSI_FAIL(HSI_ERR_ARG, "device model: %s needs (C, ...) inputs", mname(m));
-        L->c = (int)L->in_shape[0];
-        L->s = prod(L->in_shape + 1, L->in_nd - 1);
-        HSI_TRY(param_slot(d, &L->w, &L->dw, &L->mw, &L->vw, m->tensors[0].t, m->tensors[0].name));
-        HSI_TRY(param_slot(d, &L->b, &L->db, &L->mb, &L->vb, m->tensors[1].t, m->tensors[1].name));
-        HSI_TRY(upload(&L->rm, m->tensors[2].t, m->tensors[2].name));
-        HSI_TRY(upload(&L->rv, m->tensors[3].t, m->tensors[3].name));
-        L->num_batches = *(const int64_t *)hsi_tensor_ptr(m->tensors[4].t);
-        L->nw = L->nb = L->c;
-        L->has_bias = 1;
-        HSI_TRY(dzeros(&L->save_mean, L->c));
-        HSI_TRY(dzeros(&L->save_invstd, L->c));
-        break;
-    }
-    case HSI_MOD_LINEAR:
-        if (L->in_nd != 1 || L->in_shape[0] != m->in_features)
-            return HSI_FAIL(HSI_ERR_ARG, "device model: %s expects %d features per sample, gets %lld "
-                                         "(%d dims)", mname(m), m->in_features,
-                            (long long)L->in_per, L->in_nd);
-        L->out_shape[0] = m->out_features;
-        L->has_bias = m->n_tensors > 1;
-        HSI_TRY(param_slot(d, &L->w, &L->dw, &L->mw, &L->vw, m->tensors[0].t, m->tensors[0].name));
-        L->nw = hsi_tensor_count(m->tensors[0].t);
-        if (L->has_bias) {
-            HSI_TRY(param_slot(d, &L->b, &L->db, &L->mb, &L->vb, m->tensors[1].t, m->tensors[1].name));
-            L->nb = m->out_features;
-        }
-        break;
-    case HSI_MOD_RELU:
-    case HSI_MOD_DROPOUT:
-        if (L->kind == HSI_MOD_DROPOUT) HSI_TRY(dzeros(&L->mask, N * L->in_per));
-        break;
-    case HSI_MOD_MAXPOOL:
-    case HSI_MOD_AVGPOOL: {
-        if (L->in_nd != m->nd + 1)
-            return HSI_FAIL(HSI_ERR_ARG, "device model: %s expects %d spatial dims", mname(m), m->nd);
-        L->sp_nd = m->nd;
-        L->c = (int)L->in_shape[0];
-        for (int i = 0; i < m->nd; i++) L->sp_in[i] = (int)L->in_shape[1 + i];
-        hsi_pool_dims pd;
-        HSI_TRY(pool_dims(&pd, L, N));
-        for (int i = 0; i < m->nd; i++) L->out_shape[1 + i] = pd.out[i];
-        if (L->kind == HSI_MOD_MAXPOOL)
-            HSI_TRY(hsi_cuda_malloc((void **)&L->argmax,
-                                    sizeof(int32_t) * (size_t)(N * prod(L->out_shape, L->out_nd))));
-        break;
-    }
-    case HSI_MOD_GAP:
-        if (L->in_nd < 2)
-            return HSI_FAIL(HSI_ERR_ARG, "device model: %s needs (C, ...) inputs", mname(m));
-        L->c = (int)L->in_shape[0];
-        L->s = prod(L->in_shape + 1, L->in_nd - 1);
-        L->out_nd = 1;
-        break;
-    case HSI_MOD_FLATTEN:
-        L->alias = 1;
-        L->out_nd = 1;
-        L->out_shape[0] = L->in_per;
-        break;
-    case HSI_MOD_RESHAPE: {
-        int64_t known = 1, infer = -1;
-        L->alias = 1;
-        L->out_nd = m->reshape_nd;
-        for (int i = 0; i < m->reshape_nd; i++) {
-            L->out_shape[i] = m->reshape[i];
-            if (m->reshape[i] < 0) infer = i;
-            else known *= m->reshape[i];
-        }
-        if (infer >= 0 && known > 0) L->out_shape[infer] = L->in_per / known;
-        if (prod(L->out_shape, L->out_nd) != L->in_per)
-            return HSI_FAIL(HSI_ERR_ARG, "device model: %s cannot reshape %lld elements per sample",
-                            mname(m), (long long)L->in_per);
-        break;
-    }
-    default:
-        return HSI_FAIL(HSI_ERR_UNSUPPORTED,
-                        "device model: module %s (kind %d) has no GPU version (supported: conv, "
-                        "batch norm, linear, relu, max/avg pool, gap, dropout, flatten, reshape)",
-                        mname(m), (int)L->kind);
-    }
-    L->out_per = prod(L->out_shape, L->out_nd);
+    hsi_module *m = L->g.mod;
+    HSI_TRY(plan_params(d, L));
+    HSI_TRY(upload(&L->rm, m->tensors[2].t, m->tensors[2].name));
+    HSI_TRY(upload(&L->rv, m->tensors[3].t, m->tensors[3].name));
+    L->num_batches = *(const int64_t *)hsi_tensor_ptr(m->tensors[4].t);
+    HSI_TRY(dzeros(&L->save_mean, L->g.c));
+    HSI_TRY(dzeros(&L->save_invstd, L->g.c));
 cleanup:
     return st;
+}
+
+static hsi_status bn_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n, int training)
+{
+    (void)d;
+    const hsi_module *m = L->g.mod;
+    hsi_status st = hsi_bn_forward_cuda(y, L->save_mean, L->save_invstd, L->rm, L->rv, x, L->w, L->b,
+                                        (int)n, L->g.c, L->g.s, (float)m->eps, (float)m->momentum,
+                                        training);
+    if (st == HSI_OK && training) L->num_batches++;
+    return st;
+}
+
+static hsi_status bn_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
+                         const float *y, int64_t n)
+{
+    (void)d;
+    (void)y;
+    return hsi_bn_backward_cuda(dx, L->dw, L->db, dy, x, L->w, L->save_mean, L->save_invstd, (int)n,
+                                L->g.c, L->g.s, 1);
+}
+
+static hsi_status linear_plan(hsi_dmodel *d, dm_layer *L) { return plan_params(d, L); }
+
+static hsi_status linear_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n,
+                             int training)
+{
+    (void)d;
+    (void)training;
+    return hsi_linear_forward_cuda(y, x, L->w, L->b, (int)n, L->g.mod->in_features,
+                                   L->g.mod->out_features);
+}
+
+static hsi_status linear_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
+                             const float *y, int64_t n)
+{
+    (void)d;
+    (void)y;
+    return hsi_linear_backward_cuda(dx, L->dw, L->db, dy, x, L->w, (int)n, L->g.mod->in_features,
+                                    L->g.mod->out_features);
+}
+
+static hsi_status relu_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n, int training)
+{
+    (void)d;
+    (void)training;
+    return hsi_relu_forward_cuda(y, x, n * L->g.in_per);
+}
+
+static hsi_status relu_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
+                           const float *y, int64_t n)
+{
+    (void)d;
+    (void)x;
+    return dx ? hsi_relu_backward_cuda(dx, dy, y, n * L->g.in_per) : HSI_OK;
+}
+
+static hsi_status dropout_plan(hsi_dmodel *d, dm_layer *L)
+{
+    return dzeros(&L->mask, d->max_batch * L->g.in_per);
+}
+
+static hsi_status dropout_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n,
+                              int training)
+{
+    double p = training ? L->g.mod->p : 0.0;
+    uint64_t key = d->seed + (uint64_t)d->calls * 0x100000001B3ull + (uint64_t)L->index;
+    return hsi_dropout_forward_cuda(y, L->mask, x, n * L->g.in_per, p, key);
+}
+
+static hsi_status dropout_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
+                              const float *y, int64_t n)
+{
+    (void)d;
+    (void)x;
+    (void)y;
+    return dx ? hsi_dropout_backward_cuda(dx, dy, L->mask, n * L->g.in_per) : HSI_OK;
+}
+
+static hsi_status pool_plan(hsi_dmodel *d, dm_layer *L)
+{
+    if (L->g.mod->kind != HSI_MOD_MAXPOOL) return HSI_OK;
+    return hsi_cuda_malloc((void **)&L->argmax, sizeof(int32_t) * (size_t)(d->max_batch * L->g.out_per));
+}
+
+static hsi_status pool_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n, int training)
+{
+    (void)d;
+    (void)training;
+    hsi_pool_dims pd;
+    hsi_status st = hsi_layer_pool_dims(&pd, &L->g, (int)n);
+    return st == HSI_OK ? hsi_pool_forward_cuda(y, L->argmax, x, &pd) : st;
+}
+
+static hsi_status pool_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
+                           const float *y, int64_t n)
+{
+    (void)d;
+    (void)x;
+    (void)y;
+    hsi_pool_dims pd;
+    if (!dx) return HSI_OK;
+    hsi_status st = hsi_layer_pool_dims(&pd, &L->g, (int)n);
+    return st == HSI_OK ? hsi_pool_backward_cuda(dx, dy, L->argmax, &pd) : st;
+}
+
+static hsi_status gap_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n, int training)
+{
+    (void)d;
+    (void)training;
+    return hsi_gap_forward_cuda(y, x, (int)n, L->g.c, L->g.s);
+}
+
+static hsi_status gap_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
+                          const float *y, int64_t n)
+{
+    (void)d;
+    (void)x;
+    (void)y;
+    return dx ? hsi_gap_backward_cuda(dx, dy, (int)n, L->g.c, L->g.s) : HSI_OK;
+}
+
+static const dm_kind g_kinds[] = {
+    {HSI_MOD_CONV, conv_plan, conv_fwd, conv_bwd},
+    {HSI_MOD_BATCHNORM, bn_plan, bn_fwd, bn_bwd},
+    {HSI_MOD_LINEAR, linear_plan, linear_fwd, linear_bwd},
+    {HSI_MOD_RELU, NULL, relu_fwd, relu_bwd},
+    {HSI_MOD_DROPOUT, dropout_plan, dropout_fwd, dropout_bwd},
+    {HSI_MOD_MAXPOOL, pool_plan, pool_fwd, pool_bwd},
+    {HSI_MOD_AVGPOOL, pool_plan, pool_fwd, pool_bwd},
+    {HSI_MOD_GAP, NULL, gap_fwd, gap_bwd},
+    {HSI_MOD_FLATTEN, NULL, NULL, NULL},
+    {HSI_MOD_RESHAPE, NULL, NULL, NULL},
+};
+
+static const dm_kind *kind_ops(hsi_module_kind k)
+{
+    for (size_t i = 0; i < sizeof g_kinds / sizeof g_kinds[0]; i++)
+        if (g_kinds[i].kind == k) return &g_kinds[i];
+    return NULL;
 }
 
 hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
@@ -280,7 +339,8 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
 {
     hsi_status st = HSI_OK;
     hsi_dmodel *d = NULL;
-    size_t ws_bytes = 0;
+    hsi_layer *geo = NULL;
+    int nl = 0;
     *out = NULL;
     HSI_TRY(hsi_cuda_require("device model"));
     if (!m || sample_ndim < 1 || sample_ndim > HSI_MAX_DIMS - 1 || max_batch < 1 || !cfg ||
@@ -297,43 +357,57 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
     d->max_batch = max_batch;
     d->cfg = *cfg;
     d->seed = seed;
-    HSI_TRY(collect(d, m));
-    if (d->nl == 0) {
-        st = HSI_FAIL(HSI_ERR_ARG, "device model: the module has no layers");
+    d->sample_nd = sample_ndim;
+    memcpy(d->sample_shape, sample_shape, sizeof(int64_t) * (size_t)sample_ndim);
+    st = hsi_module_layers(&geo, &nl, m, sample_ndim, sample_shape);
+    if (st != HSI_OK) {
+        hsi_fail_context(st, "device model");
         goto cleanup;
     }
-    d->act = calloc((size_t)d->nl + 1, sizeof(float *));
-    d->dact = calloc((size_t)d->nl + 1, sizeof(float *));
-    d->own_act = calloc((size_t)d->nl + 1, sizeof(float *));
-    d->own_dact = calloc((size_t)d->nl + 1, sizeof(float *));
-    if (!d->act || !d->dact || !d->own_act || !d->own_dact) {
+    d->l = calloc((size_t)nl, sizeof *d->l);
+    d->act = calloc((size_t)nl + 1, sizeof(float *));
+    d->dact = calloc((size_t)nl + 1, sizeof(float *));
+    d->own_act = calloc((size_t)nl + 1, sizeof(float *));
+    d->own_dact = calloc((size_t)nl + 1, sizeof(float *));
+    if (!d->l || !d->act || !d->dact || !d->own_act || !d->own_dact) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "device model: out of memory");
         goto cleanup;
     }
-    d->arena_n = arena_need(d);
-    HSI_TRY(dzeros(&d->arena, 4 * d->arena_n));
-    int nd = sample_ndim;
-    int64_t shape[HSI_MAX_DIMS] = {0};
-    memcpy(shape, sample_shape, sizeof(int64_t) * (size_t)nd);
+    d->nl = nl;
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
-        L->in_nd = nd;
-        memcpy(L->in_shape, shape, sizeof shape);
-        HSI_TRY(plan_layer(d, L, &ws_bytes));
-        nd = L->out_nd;
-        memcpy(shape, L->out_shape, sizeof shape);
-        if (!L->alias) {
-            HSI_TRY(dzeros(&d->own_act[i + 1], max_batch * L->out_per));
-            HSI_TRY(dzeros(&d->own_dact[i + 1], max_batch * L->out_per));
+        L->g = geo[i];
+        L->index = i;
+        L->ops = kind_ops(L->g.mod->kind);
+        if (!L->ops) {
+            st = HSI_FAIL(HSI_ERR_UNSUPPORTED,
+                          "device model: module %s (kind %d) has no GPU version (supported: conv, "
+                          "batch norm, linear, relu, max/avg pool, gap, dropout, flatten, reshape)",
+                          mname(L->g.mod), (int)L->g.mod->kind);
+            goto cleanup;
         }
     }
-    if (nd != 1 || shape[0] < 1) {
+    d->arena_n = arena_need(d);
+    HSI_TRY(dzeros(&d->arena, 4 * d->arena_n));
+    for (int i = 0; i < d->nl; i++) {
+        dm_layer *L = &d->l[i];
+        if (L->ops->plan && (st = L->ops->plan(d, L)) != HSI_OK) {
+            hsi_fail_context(st, "device model, layer %s", mname(L->g.mod));
+            goto cleanup;
+        }
+        if (!L->g.alias) {
+            HSI_TRY(dzeros(&d->own_act[i + 1], max_batch * L->g.out_per));
+            HSI_TRY(dzeros(&d->own_dact[i + 1], max_batch * L->g.out_per));
+        }
+    }
+    const hsi_layer *last = &d->l[d->nl - 1].g;
+    if (last->out_nd != 1 || last->out_shape[0] < 1) {
         st = HSI_FAIL(HSI_ERR_ARG, "device model: the output must be (classes) per sample, found %d "
-                                   "dims", nd);
+                                   "dims", last->out_nd);
         goto cleanup;
     }
-    d->classes = (int)shape[0];
-    d->ws_bytes = ws_bytes ? ws_bytes : 4;
+    d->classes = (int)last->out_shape[0];
+    if (!d->ws_bytes) d->ws_bytes = 4;
     HSI_TRY(hsi_cuda_malloc(&d->ws, d->ws_bytes));
     snprintf(d->conv_name, sizeof d->conv_name, "gemm");
     HSI_TRY(dzeros(&d->prob, max_batch * d->classes));
@@ -341,6 +415,7 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
     *out = d;
     d = NULL;
 cleanup:
+    free(geo);
     hsi_dmodel_free(d);
     return st;
 }
@@ -376,7 +451,7 @@ void hsi_dmodel_set_lr(hsi_dmodel *d, double lr) { d->cfg.lr = lr; }
  * cuDNN's forwards were 2.5-5x and its 2-D backwards 2-3.5x faster than
  * im2col + cuBLAS, but its fastest deterministic 3-D backward (weight
  * gradients) 1.4-4x slower: a 3-D convolution's backward stays on gemm. */
-static int auto_dnn_backward(const dm_layer *L) { return L->sp_nd == 2; }
+static int auto_dnn_backward(const dm_layer *L) { return L->g.sp_nd == 2; }
 
 hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
 {
@@ -388,12 +463,12 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
         st = hsi_conv_cudnn_available(&version);
         for (int i = 0; st == HSI_OK && i < d->nl; i++) {
             hsi_conv_dims cd;
-            if (d->l[i].kind != HSI_MOD_CONV) continue;
-            st = conv_dims(&cd, &d->l[i], d->max_batch);
+            if (d->l[i].g.mod->kind != HSI_MOD_CONV) continue;
+            st = hsi_layer_conv_dims(&cd, &d->l[i].g, (int)d->max_batch);
             if (st == HSI_OK && !hsi_conv_cudnn_fits(&cd))
                 st = HSI_FAIL(HSI_ERR_UNSUPPORTED, "layer %s at batch %lld has a tensor of 2^31 "
                                                    "elements or more, beyond cuDNN's int sizes",
-                              mname(d->l[i].mod), (long long)d->max_batch);
+                              mname(d->l[i].g.mod), (long long)d->max_batch);
         }
         if (st != HSI_OK && mode == HSI_GPU_CONV_CUDNN)
             return hsi_fail_context(st, "device model: cuDNN convolutions");
@@ -403,7 +478,7 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
     }
     for (int i = 0; i < d->nl; i++) {
         const dm_layer *L = &d->l[i];
-        if (L->kind != HSI_MOD_CONV) continue;
+        if (L->g.mod->kind != HSI_MOD_CONV) continue;
         any_dnn |= dnn;
         any_gemm |= !dnn || (mode == HSI_GPU_CONV_AUTO && !auto_dnn_backward(L));
     }
@@ -415,7 +490,7 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
     }
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
-        if (L->kind != HSI_MOD_CONV) continue;
+        if (L->g.mod->kind != HSI_MOD_CONV) continue;
         L->dnn_fwd = dnn;
         L->dnn_bwd = dnn && (mode == HSI_GPU_CONV_CUDNN || auto_dnn_backward(L));
     }
@@ -466,61 +541,19 @@ static void bind(hsi_dmodel *d, const float *x)
     d->act[0] = (float *)x;
     d->dact[0] = NULL; /* no gradient for the input */
     for (int i = 0; i < d->nl; i++) {
-        d->act[i + 1] = d->l[i].alias ? d->act[i] : d->own_act[i + 1];
-        d->dact[i + 1] = d->l[i].alias ? d->dact[i] : d->own_dact[i + 1];
+        d->act[i + 1] = d->l[i].g.alias ? d->act[i] : d->own_act[i + 1];
+        d->dact[i + 1] = d->l[i].g.alias ? d->dact[i] : d->own_dact[i + 1];
     }
 }
 
 static hsi_status forward(hsi_dmodel *d, int64_t n, int training)
 {
     hsi_status st = HSI_OK;
-    int i;
-    for (i = 0; i < d->nl; i++) {
+    for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
-        float *x = d->act[i], *y = d->act[i + 1];
-        switch (L->kind) {
-        case HSI_MOD_CONV: {
-            hsi_conv_dims cd;
-            HSI_TRY(conv_dims(&cd, L, n));
-            if (L->dnn_fwd) HSI_TRY(hsi_conv_forward_cudnn(y, x, L->w, L->b, &cd));
-            else HSI_TRY(hsi_conv_forward_cuda(y, x, L->w, L->b, &cd, d->ws));
-            break;
-        }
-        case HSI_MOD_BATCHNORM:
-            HSI_TRY(hsi_bn_forward_cuda(y, L->save_mean, L->save_invstd, L->rm, L->rv, x, L->w, L->b,
-                                        (int)n, L->c, L->s, (float)L->mod->eps,
-                                        (float)L->mod->momentum, training));
-            if (training) L->num_batches++;
-            break;
-        case HSI_MOD_LINEAR:
-            HSI_TRY(hsi_linear_forward_cuda(y, x, L->w, L->b, (int)n, L->mod->in_features,
-                                            L->mod->out_features));
-            break;
-        case HSI_MOD_RELU:
-            HSI_TRY(hsi_relu_forward_cuda(y, x, n * L->in_per));
-            break;
-        case HSI_MOD_DROPOUT: {
-            double p = training ? L->mod->p : 0.0;
-            uint64_t key = d->seed + (uint64_t)d->calls * 0x100000001B3ull + (uint64_t)i;
-            HSI_TRY(hsi_dropout_forward_cuda(y, L->mask, x, n * L->in_per, p, key));
-            break;
-        }
-        case HSI_MOD_MAXPOOL:
-        case HSI_MOD_AVGPOOL: {
-            hsi_pool_dims pd;
-            HSI_TRY(pool_dims(&pd, L, n));
-            HSI_TRY(hsi_pool_forward_cuda(y, L->argmax, x, &pd));
-            break;
-        }
-        case HSI_MOD_GAP:
-            HSI_TRY(hsi_gap_forward_cuda(y, x, (int)n, L->c, L->s));
-            break;
-        default: /* flatten, reshape: aliases */
-            break;
-        }
+        if (L->ops->forward && (st = L->ops->forward(d, L, d->act[i + 1], d->act[i], n, training)) != HSI_OK)
+            return hsi_fail_context(st, "device model, layer %s", mname(L->g.mod));
     }
-cleanup:
-    if (st != HSI_OK && i < d->nl) hsi_fail_context(st, "device model, layer %s", mname(d->l[i].mod));
     return st;
 }
 
@@ -534,7 +567,7 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
     /* gradients accumulate: start from zero */
     for (int i = 1; i <= d->nl; i++)
         if (d->own_dact[i])
-            HSI_TRY(hsi_cuda_memset(d->own_dact[i], 0, sizeof(float) * (size_t)(n * d->l[i - 1].out_per)));
+            HSI_TRY(hsi_cuda_memset(d->own_dact[i], 0, sizeof(float) * (size_t)(n * d->l[i - 1].g.out_per)));
     if (d->arena_n) HSI_TRY(hsi_cuda_memset(d->arena + d->arena_n, 0, sizeof(float) * (size_t)d->arena_n));
     HSI_TRY(forward(d, n, 1));
     d->calls++;
@@ -546,42 +579,10 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
                                             d->classes, 0.0, -100));
     for (int i = d->nl - 1; i >= 0; i--) {
         dm_layer *L = &d->l[i];
-        float *xi = d->act[i], *yi = d->act[i + 1], *dy = d->dact[i + 1], *dx = d->dact[i];
-        switch (L->kind) {
-        case HSI_MOD_CONV: {
-            hsi_conv_dims cd;
-            HSI_TRY(conv_dims(&cd, L, n));
-            if (L->dnn_bwd) HSI_TRY(hsi_conv_backward_cudnn(dx, L->dw, L->db, dy, xi, L->w, &cd));
-            else HSI_TRY(hsi_conv_backward_cuda(dx, L->dw, L->db, dy, xi, L->w, &cd, d->ws));
-            break;
-        }
-        case HSI_MOD_BATCHNORM:
-            HSI_TRY(hsi_bn_backward_cuda(dx, L->dw, L->db, dy, xi, L->w, L->save_mean,
-                                         L->save_invstd, (int)n, L->c, L->s, 1));
-            break;
-        case HSI_MOD_LINEAR:
-            HSI_TRY(hsi_linear_backward_cuda(dx, L->dw, L->db, dy, xi, L->w, (int)n,
-                                             L->mod->in_features, L->mod->out_features));
-            break;
-        case HSI_MOD_RELU:
-            if (dx) HSI_TRY(hsi_relu_backward_cuda(dx, dy, yi, n * L->in_per));
-            break;
-        case HSI_MOD_DROPOUT:
-            if (dx) HSI_TRY(hsi_dropout_backward_cuda(dx, dy, L->mask, n * L->in_per));
-            break;
-        case HSI_MOD_MAXPOOL:
-        case HSI_MOD_AVGPOOL:
-            if (dx) {
-                hsi_pool_dims pd;
-                HSI_TRY(pool_dims(&pd, L, n));
-                HSI_TRY(hsi_pool_backward_cuda(dx, dy, L->argmax, &pd));
-            }
-            break;
-        case HSI_MOD_GAP:
-            if (dx) HSI_TRY(hsi_gap_backward_cuda(dx, dy, (int)n, L->c, L->s));
-            break;
-        default:
-            break;
+        if (L->ops->backward &&
+            (st = L->ops->backward(d, L, d->dact[i], d->dact[i + 1], d->act[i], d->act[i + 1], n)) != HSI_OK) {
+            hsi_fail_context(st, "device model, layer %s (backward)", mname(L->g.mod));
+            goto cleanup;
         }
     }
 cleanup:
@@ -644,38 +645,39 @@ static hsi_status download_grad(hsi_tensor *t, const float *dev)
 hsi_status hsi_dmodel_to_host(hsi_dmodel *d, hsi_module *m, int with_grads)
 {
     hsi_status st = HSI_OK;
-    hsi_dmodel probe;
-    memset(&probe, 0, sizeof probe);
-    HSI_TRY(collect(&probe, m));
-    if (probe.nl != d->nl) {
-        st = HSI_FAIL(HSI_ERR_ARG, "device model: the module has %d layers, the device model %d",
-                      probe.nl, d->nl);
+    hsi_layer *h = NULL;
+    int nh = 0;
+    st = hsi_module_layers(&h, &nh, m, d->sample_nd, d->sample_shape);
+    if (st != HSI_OK) return hsi_fail_context(st, "device model: copying back to a module");
+    if (nh != d->nl) {
+        st = HSI_FAIL(HSI_ERR_ARG, "device model: the module has %d layers, the device model %d", nh,
+                      d->nl);
         goto cleanup;
     }
     HSI_TRY(hsi_cuda_sync());
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
-        hsi_module *h = probe.l[i].mod;
-        if (h->kind != L->kind) {
-            st = HSI_FAIL(HSI_ERR_ARG, "device model: layer %d is %s here, another kind on the device",
-                          i, mname(h));
+        hsi_module *hm = h[i].mod;
+        if (hm->kind != L->g.mod->kind || h[i].out_per != L->g.out_per) {
+            st = HSI_FAIL(HSI_ERR_ARG, "device model: layer %d is %s here, another layer on the device",
+                          i, mname(hm));
             goto cleanup;
         }
         if (L->nw) {
-            HSI_TRY(download(h->tensors[0].t, L->w));
-            if (with_grads) HSI_TRY(download_grad(h->tensors[0].t, L->dw));
+            HSI_TRY(download(hm->tensors[0].t, L->w));
+            if (with_grads) HSI_TRY(download_grad(hm->tensors[0].t, L->dw));
         }
         if (L->nb) {
-            HSI_TRY(download(h->tensors[1].t, L->b));
-            if (with_grads) HSI_TRY(download_grad(h->tensors[1].t, L->db));
+            HSI_TRY(download(hm->tensors[1].t, L->b));
+            if (with_grads) HSI_TRY(download_grad(hm->tensors[1].t, L->db));
         }
-        if (L->kind == HSI_MOD_BATCHNORM) {
-            HSI_TRY(download(h->tensors[2].t, L->rm));
-            HSI_TRY(download(h->tensors[3].t, L->rv));
-            *(int64_t *)hsi_tensor_ptr(h->tensors[4].t) = L->num_batches;
+        if (hm->kind == HSI_MOD_BATCHNORM) {
+            HSI_TRY(download(hm->tensors[2].t, L->rm));
+            HSI_TRY(download(hm->tensors[3].t, L->rv));
+            *(int64_t *)hsi_tensor_ptr(hm->tensors[4].t) = L->num_batches;
         }
     }
 cleanup:
-    free(probe.l);
+    free(h);
     return st;
 }

@@ -4,8 +4,9 @@
  * layers_cuda.h, and nothing comes back to the host unless asked (the loss
  * is read when logged; parameters when checkpointing). This is what
  * `hsi train --device cuda` calls per batch, with the loader's device copy of
- * the batch. Not the engine: no graph is recorded; the module tree is
- * flattened into a fixed program at creation.
+ * the batch. Not the engine: no graph is recorded; the module's layer
+ * description (hsi_module_layers, the shapes the CPU engine sees too) is
+ * run by each kind's device forward and backward.
  *
  * Supported modules: sequential, conv (2-D/3-D), batch norm, linear, ReLU,
  * max/avg pool, global average pool, dropout (its own device mask stream),

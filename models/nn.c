@@ -382,6 +382,193 @@ void hsi_module_zero_grad(hsi_module *m)
     for (int i = 0; i < m->n_children; i++) hsi_module_zero_grad(m->children[i]);
 }
 
+/* ------------------------------------------------- layer description */
+
+static int64_t shape_prod(const int64_t *s, int n)
+{
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) p *= s[i];
+    return p;
+}
+
+static const char *layer_name(const hsi_module *m) { return m->name[0] ? m->name : "(root)"; }
+
+/* "(64, 9, 9)" */
+static const char *sample_str(char *buf, size_t n, int nd, const int64_t *s)
+{
+    size_t k = (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < nd && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)s[i]);
+    if (k < n) snprintf(buf + k, n - k, ")");
+    return buf;
+}
+
+hsi_status hsi_layer_conv_dims(hsi_conv_dims *cd, const hsi_layer *L, int n)
+{
+    const hsi_module *m = L->mod;
+    if (m->kind != HSI_MOD_CONV)
+        return HSI_FAIL(HSI_ERR_ARG, "layer '%s' is not a convolution", layer_name(m));
+    return hsi_conv_dims_init(cd, L->sp_nd, n, L->c, L->k, L->sp_in, m->ker, m->stride, m->pad);
+}
+
+hsi_status hsi_layer_pool_dims(hsi_pool_dims *pd, const hsi_layer *L, int n)
+{
+    const hsi_module *m = L->mod;
+    if (m->kind != HSI_MOD_MAXPOOL && m->kind != HSI_MOD_AVGPOOL)
+        return HSI_FAIL(HSI_ERR_ARG, "layer '%s' is not a pooling layer", layer_name(m));
+    return hsi_pool_dims_init(pd, m->kind == HSI_MOD_MAXPOOL ? HSI_POOL_MAX : HSI_POOL_AVG, L->sp_nd,
+                              n, L->c, L->sp_in, m->ker, m->stride, m->pad);
+}
+
+/* L's output shape from its input shape (set by the caller), with the rules
+ * of the CPU ops (the same checks, said per sample). */
+static hsi_status plan_shape(hsi_layer *L)
+{
+    hsi_status st = HSI_OK;
+    hsi_module *m = L->mod;
+    char got[160];
+    sample_str(got, sizeof got, L->in_nd, L->in_shape);
+    L->in_per = shape_prod(L->in_shape, L->in_nd);
+    L->out_nd = L->in_nd;
+    memcpy(L->out_shape, L->in_shape, sizeof L->out_shape);
+    switch (m->kind) {
+    case HSI_MOD_CONV:
+    case HSI_MOD_MAXPOOL:
+    case HSI_MOD_AVGPOOL: {
+        int conv = m->kind == HSI_MOD_CONV;
+        int64_t want_c = conv ? m->tensors[0].t->data.shape[1] : L->in_shape[0];
+        if (L->in_nd != m->nd + 1 || L->in_shape[0] != want_c) {
+            char c[32] = "C";
+            if (conv) snprintf(c, sizeof c, "%lld", (long long)want_c);
+            return HSI_FAIL(HSI_ERR_ARG, "layer '%s' (%s %d-D) expects (%s, %d spatial dims) per "
+                                         "sample, gets %s", layer_name(m), conv ? "conv" : "pool",
+                            m->nd, c, m->nd, got);
+        }
+        L->sp_nd = m->nd;
+        L->c = (int)L->in_shape[0];
+        for (int i = 0; i < m->nd; i++) L->sp_in[i] = (int)L->in_shape[1 + i];
+        const int *out;
+        hsi_conv_dims cd;
+        hsi_pool_dims pd;
+        if (conv) {
+            L->k = (int)m->tensors[0].t->data.shape[0];
+            L->out_shape[0] = L->k;
+            st = hsi_layer_conv_dims(&cd, L, 1);
+            out = cd.out;
+        } else {
+            st = hsi_layer_pool_dims(&pd, L, 1);
+            out = pd.out;
+        }
+        if (st != HSI_OK) return hsi_fail_context(st, "layer '%s' on %s", layer_name(m), got);
+        for (int i = 0; i < m->nd; i++) L->out_shape[1 + i] = out[i];
+        break;
+    }
+    case HSI_MOD_BATCHNORM:
+    case HSI_MOD_GAP:
+        if (L->in_nd < (m->kind == HSI_MOD_GAP ? 2 : 1) ||
+            (m->kind == HSI_MOD_BATCHNORM && L->in_shape[0] != m->out_features))
+            return HSI_FAIL(HSI_ERR_ARG, "layer '%s' (%s) expects (C%s, ...) per sample, gets %s",
+                            layer_name(m), m->kind == HSI_MOD_GAP ? "global average pool" : "batch norm",
+                            m->kind == HSI_MOD_GAP ? "" : " = channels", got);
+        L->c = (int)L->in_shape[0];
+        L->s = shape_prod(L->in_shape + 1, L->in_nd - 1);
+        if (m->kind == HSI_MOD_GAP) L->out_nd = 1;
+        break;
+    case HSI_MOD_LINEAR:
+        if (L->in_nd != 1 || L->in_shape[0] != m->in_features)
+            return HSI_FAIL(HSI_ERR_ARG, "layer '%s' (linear) expects (%d) per sample, gets %s",
+                            layer_name(m), m->in_features, got);
+        L->out_shape[0] = m->out_features;
+        break;
+    case HSI_MOD_RELU:
+    case HSI_MOD_LEAKY_RELU:
+    case HSI_MOD_GELU:
+    case HSI_MOD_SWISH:
+    case HSI_MOD_DROPOUT: break;
+    case HSI_MOD_FLATTEN:
+        L->alias = 1;
+        L->out_nd = 1;
+        L->out_shape[0] = L->in_per;
+        break;
+    case HSI_MOD_RESHAPE: {
+        int64_t known = 1;
+        int infer = -1;
+        L->alias = 1;
+        L->out_nd = m->reshape_nd;
+        for (int i = 0; i < m->reshape_nd; i++) {
+            L->out_shape[i] = m->reshape[i];
+            if (m->reshape[i] < 0) infer = i;
+            else known *= m->reshape[i];
+        }
+        if (infer >= 0 && known > 0) L->out_shape[infer] = L->in_per / known;
+        if (shape_prod(L->out_shape, L->out_nd) != L->in_per)
+        {
+            char want[160];
+            return HSI_FAIL(HSI_ERR_ARG, "layer '%s' (reshape) cannot make %s of %s", layer_name(m),
+                            sample_str(want, sizeof want, m->reshape_nd, m->reshape), got);
+        }
+        break;
+    }
+    default:
+        return HSI_FAIL(HSI_ERR_ARG, "layer '%s': module kind %d cannot run", layer_name(m),
+                        (int)m->kind);
+    }
+    L->out_per = shape_prod(L->out_shape, L->out_nd);
+    return HSI_OK;
+}
+
+static hsi_status push_leaves(hsi_layer **arr, int *n, int *cap, hsi_module *m)
+{
+    if (m->kind == HSI_MOD_SEQUENTIAL) {
+        for (int i = 0; i < m->n_children; i++) {
+            hsi_status st = push_leaves(arr, n, cap, m->children[i]);
+            if (st != HSI_OK) return st;
+        }
+        return HSI_OK;
+    }
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 16;
+        hsi_layer *a = realloc(*arr, sizeof *a * (size_t)nc);
+        if (!a) return HSI_FAIL(HSI_ERR_NOMEM, "out of memory listing the layers");
+        *arr = a;
+        *cap = nc;
+    }
+    memset(&(*arr)[*n], 0, sizeof **arr);
+    (*arr)[(*n)++].mod = m;
+    return HSI_OK;
+}
+
+hsi_status hsi_module_layers(hsi_layer **out, int *n, hsi_module *m, int sample_nd,
+                             const int64_t *sample_shape)
+{
+    hsi_status st = HSI_OK;
+    hsi_layer *l = NULL;
+    int nl = 0, cap = 0;
+    *out = NULL;
+    *n = 0;
+    if (!m || sample_nd < 1 || sample_nd > HSI_MAX_DIMS - 1)
+        return HSI_FAIL(HSI_ERR_ARG, "module layers: needs a module and a per-sample shape of "
+                                     "1..%d dims (got %d)", HSI_MAX_DIMS - 1, sample_nd);
+    HSI_TRY(push_leaves(&l, &nl, &cap, m));
+    if (nl == 0) {
+        st = HSI_FAIL(HSI_ERR_ARG, "module layers: the module has no layers");
+        goto cleanup;
+    }
+    for (int i = 0; i < nl; i++) {
+        hsi_layer *L = &l[i];
+        L->in_nd = i ? l[i - 1].out_nd : sample_nd;
+        memcpy(L->in_shape, i ? l[i - 1].out_shape : sample_shape,
+               sizeof(int64_t) * (size_t)L->in_nd);
+        HSI_TRY(plan_shape(L));
+    }
+    *out = l;
+    *n = nl;
+    l = NULL;
+cleanup:
+    free(l);
+    return st;
+}
+
 /* ------------------------------------------------------------ init */
 
 static void fill(hsi_tensor *t, hsi_rng *r, int normal, double a)

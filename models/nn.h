@@ -6,6 +6,7 @@
 #ifndef HSI_NN_H
 #define HSI_NN_H
 
+#include "models/layers.h"
 #include "models/tensor.h"
 
 #ifdef __cplusplus
@@ -88,6 +89,33 @@ hsi_status hsi_module_params(hsi_module *m, hsi_named_tensor **out, int *n);
 int64_t hsi_module_param_count(hsi_module *m); /* trainable elements */
 hsi_tensor *hsi_module_find(hsi_module *m, const char *full_name);
 void hsi_module_zero_grad(hsi_module *m);
+
+/* One leaf module and the shapes it sees for one sample (no batch axis):
+ * the layer description both backends run, the CPU engine through the ops
+ * of tensor.h (hsi_module_forward), the device model through the launchers
+ * of layers_cuda.h (model_cuda.c). Made by hsi_module_layers. */
+typedef struct hsi_layer {
+    hsi_module *mod;          /* the leaf: kind, settings, tensors */
+    int in_nd, out_nd;        /* per-sample dims */
+    int64_t in_shape[HSI_MAX_DIMS], out_shape[HSI_MAX_DIMS];
+    int64_t in_per, out_per;  /* elements per sample */
+    int c;                    /* channels in: conv, pool, batch norm, gap */
+    int k;                    /* channels out: conv */
+    int64_t s;                /* elements per channel per sample: batch norm, gap */
+    int sp_nd, sp_in[3];      /* spatial dims in: conv, pool */
+    int alias;                /* flatten, reshape: the output is the input's data */
+} hsi_layer;
+
+/* m's leaves in the order they run, each with its per-sample shapes, for
+ * samples of sample_shape (sample_nd dims, 1..HSI_MAX_DIMS-1). HSI_ERR_ARG
+ * naming the layer, what it expects and what it gets when a shape does not
+ * fit (as the CPU forward would fail, before any work); *out is malloc'd
+ * (free() it), *n >= 1. */
+hsi_status hsi_module_layers(hsi_layer **out, int *n, hsi_module *m, int sample_nd,
+                             const int64_t *sample_shape);
+/* The geometry of a conv / pool layer at batch n (HSI_ERR_ARG for other kinds). */
+hsi_status hsi_layer_conv_dims(hsi_conv_dims *cd, const hsi_layer *L, int n);
+hsi_status hsi_layer_pool_dims(hsi_pool_dims *pd, const hsi_layer *L, int n);
 
 typedef enum hsi_init {
     HSI_INIT_TORCH = 0,   /* PyTorch defaults: kaiming_uniform(a=sqrt 5), bias U(+-1/sqrt fan_in) */

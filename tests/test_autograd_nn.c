@@ -328,10 +328,92 @@ static void test_init_and_counts(void)
     hsi_module_free(b), hsi_module_free(h), hsi_module_free(c1);
 }
 
+/* The layer description (hsi_module_layers), which the device model runs,
+ * against the CPU engine: each leaf of every model in the zoo, run alone on
+ * the CPU on the previous leaf's output, gives the shape the description
+ * says; an input the CPU forward refuses is refused by the description too,
+ * naming the layer. */
+static void check_layers(const char *name, int bands, int patch, int classes)
+{
+    hsi_module *m = NULL;
+    hsi_graph *g = NULL;
+    hsi_layer *l = NULL;
+    hsi_tensor *x = NULL;
+    int nl = 0;
+    int64_t xs[HSI_MAX_DIMS];
+    int nd = hsi_model_input_shape(name, 2, bands, patch, xs);
+    HSI_CHECK_OK(hsi_model_create(&m, name, bands, patch, classes, HSI_F32, 1));
+    hsi_module_train(m, 0);
+    HSI_CHECK_OK(hsi_graph_new(&g));
+    HSI_CHECK_OK(hsi_module_layers(&l, &nl, m, nd - 1, xs + 1));
+    HSI_CHECK_OK(hsi_graph_tensor(&x, g, HSI_F32, nd, xs, 0));
+    float *px = hsi_tensor_ptr(x);
+    for (int64_t i = 0; i < hsi_tensor_count(x); i++) px[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
+    int prev = hsi_set_grad_enabled(0), leaves = 0;
+    for (int i = 0; i < nl; i++) {
+        hsi_tensor *y = NULL;
+        CU_ASSERT_EQUAL(l[i].in_per, hsi_tensor_count(x) / 2);
+        HSI_CHECK_OK(hsi_module_forward(&y, l[i].mod, g, x));
+        if (!y) break;
+        CU_ASSERT_EQUAL(y->data.ndim, l[i].out_nd + 1);
+        for (int k = 0; k < l[i].out_nd && k + 1 < y->data.ndim; k++)
+            CU_ASSERT_EQUAL(y->data.shape[k + 1], l[i].out_shape[k]);
+        CU_ASSERT_EQUAL(l[i].out_per, hsi_tensor_count(y) / 2);
+        CU_ASSERT_EQUAL(l[i].alias, l[i].mod->kind == HSI_MOD_FLATTEN || l[i].mod->kind == HSI_MOD_RESHAPE);
+        x = y;
+        leaves++;
+    }
+    CU_ASSERT_EQUAL(leaves, nl);
+    CU_ASSERT_TRUE(nl >= 5);
+    CU_ASSERT_EQUAL(l[nl - 1].out_nd, 1);
+    CU_ASSERT_EQUAL(l[nl - 1].out_shape[0], classes);
+    hsi_set_grad_enabled(prev);
+    free(l);
+    hsi_graph_free(g);
+    hsi_module_free(m);
+}
+
+static void test_layers_match_cpu(void)
+{
+    check_layers("cnn2d", 30, 11, 16);
+    check_layers("cnn2d", 5, 2, 3);
+    check_layers("hybridsn", 30, 25, 16);
+    check_layers("cnn1d", 30, 1, 16);
+    check_layers("cnn1d", 7, 1, 2);
+
+    /* what the CPU refuses, the description refuses, naming the layer */
+    hsi_module *m = NULL;
+    hsi_graph *g = NULL;
+    hsi_layer *l = NULL;
+    hsi_tensor *x = NULL, *y = NULL;
+    int nl = -1;
+    HSI_CHECK_OK(hsi_model_create(&m, "cnn2d", 30, 11, 16, HSI_F32, 1));
+    HSI_CHECK_OK(hsi_graph_new(&g));
+    int64_t bad_c[3] = {29, 11, 11}, xs[4] = {2, 29, 11, 11};
+    HSI_CHECK_FAILS(hsi_module_layers(&l, &nl, m, 3, bad_c), HSI_ERR_ARG, "features.0");
+    CU_ASSERT_PTR_NULL(l);
+    CU_ASSERT_EQUAL(nl, 0);
+    HSI_CHECK_OK(hsi_graph_tensor(&x, g, HSI_F32, 4, xs, 0));
+    memset(hsi_tensor_ptr(x), 0, sizeof(float) * (size_t)hsi_tensor_count(x));
+    CU_ASSERT_NOT_EQUAL(hsi_module_forward(&y, m, g, x), HSI_OK);
+    int64_t tiny[3] = {30, 1, 1}; /* the 2x2 max pool has no output */
+    HSI_CHECK_FAILS(hsi_module_layers(&l, &nl, m, 3, tiny), HSI_ERR_ARG, "features.6");
+    int64_t xs1[4] = {2, 30, 1, 1};
+    HSI_CHECK_OK(hsi_graph_tensor(&x, g, HSI_F32, 4, xs1, 0));
+    memset(hsi_tensor_ptr(x), 0, sizeof(float) * (size_t)hsi_tensor_count(x));
+    CU_ASSERT_NOT_EQUAL(hsi_module_forward(&y, m, g, x), HSI_OK);
+    int64_t flat[1] = {30 * 11 * 11};
+    HSI_CHECK_FAILS(hsi_module_layers(&l, &nl, m, 1, flat), HSI_ERR_ARG, "spatial dims");
+    HSI_CHECK_FAILS(hsi_module_layers(&l, &nl, m, 0, flat), HSI_ERR_ARG, "per-sample shape");
+    hsi_graph_free(g);
+    hsi_module_free(m);
+}
+
 HSI_SUITE(autograd_nn, 0, {"steady-state steps allocate nothing", test_steady_state_memory},
           {"inference: fused conv + BN + ReLU = separate ops", test_fused_eval_matches},
           {"no-grad inference allocates no gradients", test_no_grad_inference},
           {"strict / non-strict loading, module. prefix", test_strict_nonstrict},
           {"resume from a training checkpoint is bit-identical", test_resume_bit_identical},
           {"anomaly mode names the module", test_anomaly_names_module},
-          {"seeded init, parameter counts, model zoo", test_init_and_counts})
+          {"seeded init, parameter counts, model zoo", test_init_and_counts},
+          {"layer description = the CPU forward's shapes", test_layers_match_cpu})
