@@ -87,11 +87,13 @@ static double sgemm_rate(int threads)
 /* Training steps and eval-mode batches of m's copy on the GPU
  * (models/model_cuda.h) with the convolutions `conv`, timed to the stream's
  * end: samples/s; conv_name: what ran them (hsi_dmodel_conv_name). x: the
- * batch (xs, nd dims, host), y: its classes. */
+ * batch (xs, nd dims, host), y: its classes. ops: then `steps` more
+ * training steps under the op profile (each layer waited for), its table
+ * on stderr; the samples/s come from the unprofiled steps. */
 static hsi_status time_on_gpu(double *train_sps, double *infer_sps, char *conv_name, size_t n_name,
                               hsi_module *m, const int64_t *xs, int nd, const hsi_tensor *x,
                               const hsi_tensor *y, long long steps, long long warmup,
-                              hsi_gpu_conv conv)
+                              hsi_gpu_conv conv, int ops)
 {
     hsi_status st = HSI_OK;
     hsi_dmodel *dm = NULL;
@@ -123,6 +125,15 @@ static hsi_status time_on_gpu(double *train_sps, double *infer_sps, char *conv_n
     }
     HSI_TRY(hsi_cuda_sync());
     *train_sps = (double)(n * steps) / (hsi_now() - t0);
+    if (ops) {
+        hsi_op_profile(1);
+        for (long long s = 0; s < steps && st == HSI_OK; s++) st = hsi_dmodel_train_step(dm, x_d, y_d, n);
+        hsi_op_profile(0);
+        HSI_TRY(st);
+        fprintf(stderr, "per op and layer on the GPU, training step (ms per step, %lld steps; each "
+                        "piece waited for, so they add up to more than a step):\n", steps);
+        hsi_op_profile_report(stderr, (int)steps);
+    }
     for (long long s = 0; s < warmup + steps; s++) {
         if (s == warmup) {
             HSI_TRY(hsi_cuda_sync());
@@ -209,8 +220,8 @@ static int bench_model(int argc, char **argv)
     /* --device auto: against the device it became */
     if (hsi_conv_option(conv, dev, &conv_impl, &gpu_conv) != HSI_OK)
         return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
-    if (dev == HSI_DEVICE_CUDA && (ops || bound))
-        return hsi_cli_usage_error(cmd, "--ops and --bound time the CPU engine (not with --device cuda)");
+    if (dev == HSI_DEVICE_CUDA && bound)
+        return hsi_cli_usage_error(cmd, "--bound times the CPU engine (not with --device cuda)");
     hsi_conv_set_impl(conv_impl);
     hsi_conv_set_simd(simd);
     hsi_manual_seed(1);
@@ -233,7 +244,7 @@ static int bench_model(int argc, char **argv)
         double tr = 0, inf = 0;
         char conv_name[64] = "";
         HSI_TRY(time_on_gpu(&tr, &inf, conv_name, sizeof conv_name, m, xs, nd, x, y, steps, warmup,
-                            gpu_conv));
+                            gpu_conv, ops));
         if (json)
             printf("{\"model\": \"%s\", \"device\": \"cuda\", \"batch\": %lld, \"bands\": %lld, "
                    "\"patch\": %lld, \"classes\": %lld, \"steps\": %lld, \"train_samples_per_s\": "
@@ -370,5 +381,6 @@ HSI_CLI_COMMAND(bench_model,
                  "cuDNN 9 (loaded at run time: $HSI_CUDNN, else libcudnn.so.9; FP32 math,\n"
                  "no TF32; the fastest deterministic algorithms), or an error saying why\n"
                  "it cannot run. direct is the CPU's only and cudnn the GPU's only: each\n"
-                 "is a usage error on the other device.\n",
+                 "is a usage error on the other device. --ops: the training step's time\n"
+                 "per op and layer on stderr, from extra steps that wait for each layer.\n",
                  bench_model})

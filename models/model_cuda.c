@@ -29,6 +29,7 @@ typedef struct dm_layer dm_layer;
  * kinds are the engine's ops (nn.c's forward). */
 typedef struct dm_kind {
     hsi_module_kind kind;
+    const char *name; /* in the op profile (hsi_op_profile) */
     hsi_status (*plan)(hsi_dmodel *d, dm_layer *L);
     hsi_status (*forward)(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n,
                           int training);
@@ -314,16 +315,16 @@ static hsi_status gap_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy
 }
 
 static const dm_kind g_kinds[] = {
-    {HSI_MOD_CONV, conv_plan, conv_fwd, conv_bwd},
-    {HSI_MOD_BATCHNORM, bn_plan, bn_fwd, bn_bwd},
-    {HSI_MOD_LINEAR, linear_plan, linear_fwd, linear_bwd},
-    {HSI_MOD_RELU, NULL, relu_fwd, relu_bwd},
-    {HSI_MOD_DROPOUT, dropout_plan, dropout_fwd, dropout_bwd},
-    {HSI_MOD_MAXPOOL, pool_plan, pool_fwd, pool_bwd},
-    {HSI_MOD_AVGPOOL, pool_plan, pool_fwd, pool_bwd},
-    {HSI_MOD_GAP, NULL, gap_fwd, gap_bwd},
-    {HSI_MOD_FLATTEN, NULL, NULL, NULL},
-    {HSI_MOD_RESHAPE, NULL, NULL, NULL},
+    {HSI_MOD_CONV, "conv", conv_plan, conv_fwd, conv_bwd},
+    {HSI_MOD_BATCHNORM, "batch_norm", bn_plan, bn_fwd, bn_bwd},
+    {HSI_MOD_LINEAR, "linear", linear_plan, linear_fwd, linear_bwd},
+    {HSI_MOD_RELU, "relu", NULL, relu_fwd, relu_bwd},
+    {HSI_MOD_DROPOUT, "dropout", dropout_plan, dropout_fwd, dropout_bwd},
+    {HSI_MOD_MAXPOOL, "max_pool", pool_plan, pool_fwd, pool_bwd},
+    {HSI_MOD_AVGPOOL, "avg_pool", pool_plan, pool_fwd, pool_bwd},
+    {HSI_MOD_GAP, "global_avg_pool", NULL, gap_fwd, gap_bwd},
+    {HSI_MOD_FLATTEN, "flatten", NULL, NULL, NULL},
+    {HSI_MOD_RESHAPE, "reshape", NULL, NULL, NULL},
 };
 
 static const dm_kind *kind_ops(hsi_module_kind k)
@@ -546,13 +547,42 @@ static void bind(hsi_dmodel *d, const float *x)
     }
 }
 
+/* The op profile (hsi_op_profile, `hsi bench model --device cuda --ops`):
+ * while it is on, each timed piece of a step waits for the stream before
+ * and after (so the pieces add up to more than an unprofiled step). */
+static hsi_status prof_begin(double *t0)
+{
+    hsi_status st = hsi_op_profile_on() ? hsi_cuda_sync() : HSI_OK;
+    *t0 = hsi_now();
+    return st;
+}
+
+static hsi_status prof_end(hsi_status st, const char *op, const char *layer, double t0, int bwd)
+{
+    if (st != HSI_OK || !hsi_op_profile_on()) return st;
+    st = hsi_cuda_sync();
+    double t = hsi_now() - t0;
+    if (st == HSI_OK) hsi_op_profile_add(op, layer, bwd ? 0 : t, bwd ? t : 0);
+    return st;
+}
+
+static const char *op_name(const dm_layer *L, int bwd)
+{
+    if (L->g.mod->kind != HSI_MOD_CONV) return L->ops->name;
+    return (bwd ? L->dnn_bwd : L->dnn_fwd) ? "conv (cudnn)" : "conv (gemm)";
+}
+
 static hsi_status forward(hsi_dmodel *d, int64_t n, int training)
 {
     hsi_status st = HSI_OK;
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
-        if (L->ops->forward && (st = L->ops->forward(d, L, d->act[i + 1], d->act[i], n, training)) != HSI_OK)
-            return hsi_fail_context(st, "device model, layer %s", mname(L->g.mod));
+        double t0;
+        if (!L->ops->forward) continue;
+        if ((st = prof_begin(&t0)) == HSI_OK)
+            st = prof_end(L->ops->forward(d, L, d->act[i + 1], d->act[i], n, training), op_name(L, 0),
+                          L->g.mod->name, t0, 0);
+        if (st != HSI_OK) return hsi_fail_context(st, "device model, layer %s", mname(L->g.mod));
     }
     return st;
 }
@@ -564,23 +594,31 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
         return HSI_FAIL(HSI_ERR_ARG, "device model: batch of %lld samples (1..%lld)", (long long)n,
                         (long long)d->max_batch);
     bind(d, x);
+    double t0;
     /* gradients accumulate: start from zero */
+    HSI_TRY(prof_begin(&t0));
     for (int i = 1; i <= d->nl; i++)
         if (d->own_dact[i])
             HSI_TRY(hsi_cuda_memset(d->own_dact[i], 0, sizeof(float) * (size_t)(n * d->l[i - 1].g.out_per)));
     if (d->arena_n) HSI_TRY(hsi_cuda_memset(d->arena + d->arena_n, 0, sizeof(float) * (size_t)d->arena_n));
+    HSI_TRY(prof_end(HSI_OK, "zero_grad", NULL, t0, 1));
     HSI_TRY(forward(d, n, 1));
     d->calls++;
     d->last_n = n;
     float *logits = d->act[d->nl];
-    HSI_TRY(hsi_cross_entropy_forward_cuda(d->loss, d->loss + 1, d->prob, logits, y, NULL, n,
-                                           d->classes, 0.0, -100));
-    HSI_TRY(hsi_cross_entropy_backward_cuda(d->dact[d->nl], NULL, d->loss + 1, d->prob, y, NULL, n,
-                                            d->classes, 0.0, -100));
+    HSI_TRY(prof_begin(&t0));
+    HSI_TRY(prof_end(hsi_cross_entropy_forward_cuda(d->loss, d->loss + 1, d->prob, logits, y, NULL, n,
+                                                    d->classes, 0.0, -100), "cross_entropy", NULL, t0, 0));
+    HSI_TRY(prof_begin(&t0));
+    HSI_TRY(prof_end(hsi_cross_entropy_backward_cuda(d->dact[d->nl], NULL, d->loss + 1, d->prob, y, NULL,
+                                                     n, d->classes, 0.0, -100), "cross_entropy", NULL, t0, 1));
     for (int i = d->nl - 1; i >= 0; i--) {
         dm_layer *L = &d->l[i];
-        if (L->ops->backward &&
-            (st = L->ops->backward(d, L, d->dact[i], d->dact[i + 1], d->act[i], d->act[i + 1], n)) != HSI_OK) {
+        if (!L->ops->backward) continue;
+        HSI_TRY(prof_begin(&t0));
+        st = prof_end(L->ops->backward(d, L, d->dact[i], d->dact[i + 1], d->act[i], d->act[i + 1], n),
+                      op_name(L, 1), L->g.mod->name, t0, 1);
+        if (st != HSI_OK) {
             hsi_fail_context(st, "device model, layer %s (backward)", mname(L->g.mod));
             goto cleanup;
         }
@@ -595,9 +633,12 @@ hsi_status hsi_dmodel_optim_step(hsi_dmodel *d)
     d->step++;
     /* the whole arena at once: the same operations per element as one
      * launch per tensor (the zero gaps stay zero) */
+    double t0;
+    HSI_TRY(prof_begin(&t0));
     if (d->arena_n)
         HSI_TRY(hsi_adam_step_cuda(d->arena, d->arena + d->arena_n, d->arena + 2 * d->arena_n,
                                    d->arena + 3 * d->arena_n, d->arena_n, &d->cfg, d->step));
+    HSI_TRY(prof_end(HSI_OK, d->cfg.kind == HSI_OPT_ADAMW ? "adamw" : "adam", NULL, t0, 1));
 cleanup:
     return st;
 }

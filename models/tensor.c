@@ -169,6 +169,13 @@ static void prof_add(const char *op, const char *layer, double fwd, double bwd)
     g_prof.e[i].fwd += fwd, g_prof.e[i].bwd += bwd;
 }
 
+int hsi_op_profile_on(void) { return g_prof.on; }
+
+void hsi_op_profile_add(const char *op, const char *layer, double fwd_s, double bwd_s)
+{
+    if (g_prof.on) prof_add(op, layer, fwd_s, bwd_s);
+}
+
 static int prof_cmp(const void *a, const void *b)
 {
     const prof_entry *x = a, *y = b;

@@ -123,6 +123,11 @@ int hsi_anomaly_enabled(void);
 void hsi_op_profile(int on);
 void hsi_op_profile_mark(void);
 void hsi_op_profile_report(FILE *f, int steps);
+/* For executors outside the graph (the device model): 1 while the profiler
+ * is on; adds measured seconds to (op, layer), compared by pointer (both
+ * must outlive the report). Does nothing while it is off. */
+int hsi_op_profile_on(void);
+void hsi_op_profile_add(const char *op, const char *layer, double fwd_s, double bwd_s);
 /* Name of the layer (module) now running forward; nodes record it. The module
  * system sets it; NULL clears. The string must outlive the graph. Returns the
  * previous one. */

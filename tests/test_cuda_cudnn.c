@@ -332,6 +332,17 @@ static void test_commands(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "HSI_CUDNN=/nonexistent/libcudnn.so.9 " HSI_BIN
                                                   BENCH " --conv auto"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"conv\": \"gemm\""));
+    /* --ops: the step's pieces per op and layer, on the device */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model cnn2d --batch 4 --steps 2 "
+                                                  "--warmup 0 --device cuda --conv gemm --ops"), 0);
+    const char *want[] = {"per op and layer on the GPU", "conv (gemm)", "features.10", "batch_norm",
+                          "relu", "max_pool", "global_avg_pool", "dropout", "classifier",
+                          "cross_entropy", "zero_grad", "adamw", "all ops"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(out, want[i])) {
+            CU_FAIL("bench model --device cuda --ops lacks a row");
+            fprintf(stderr, "\n  no '%s' in: %s\n", want[i], out);
+        }
 }
 
 HSI_SUITE(cuda_cudnn, HSI_SUITE_NEEDS_CUDA,
@@ -341,7 +352,7 @@ HSI_SUITE(cuda_cudnn, HSI_SUITE_NEEDS_CUDA,
           {"device model hybridsn: one step with gemm vs cuDNN", test_dmodel_hybridsn})
 /* apart: not under compute-sanitizer with the suite above (hsi's own runs) */
 HSI_SUITE(cuda_conv_commands, HSI_SUITE_NEEDS_CUDA,
-          {"bench model --conv on the device; HSI_CUDNN pointing nowhere", test_commands})
+          {"bench model --conv and --ops on the device; HSI_CUDNN pointing nowhere", test_commands})
 
 /* ---------------------------------------------- without a device too */
 
