@@ -6,34 +6,51 @@
 #   probe      15 s  nvidia-smi and `gpu_bench --probe 1` (the CUDA runtime's
 #                    own error when it sees no device: a driver older than the
 #                    runtime is said as such)
-#   tests      95 s  the CUDA suites (`--require-cuda cuda`: fail without a device)
+#   tests      75 s  the CUDA suites (`--require-cuda cuda`: fail without a device)
 #   commands   35 s  hsi's own commands with --device cpu and --device cuda on
 #                    data_samples/ (stats, preprocess, train, predict, bench
 #                    model), compared by bench/gpu_commands.py
+#   salinas_a  60 s  `hsi train` end to end on Salinas-A (the .mat cube and
+#                    ground truth bench/gpu_prepare.sh packed into
+#                    build/gpu/run/data/salinas_a, else those of
+#                    ${HSI_SHARED_DATA:-../shared/data}/salinas_a; skipped,
+#                    saying so, without them) as bench/accuracy_salinas_a.sh
+#                    runs cnn2d (--train 0.05, 40 epochs), seeds 1-3, with
+#                    --device cuda and --device cpu (all cores): each run's
+#                    test OA, and `gpu_commands.py --salinas`: ok when the
+#                    means differ by at most max(2 x the larger seed std, 0.02)
 #   memcheck   85 s  compute-sanitizer memcheck on the CUDA suites, cuda_fused
 #                    included, and the loader's (pipeline_loader_cuda), with
 #                    HSI_CUDA_NO_CACHE=1 (exact cudaMalloc/cudaFree: overruns
 #                    and uses after free are seen); cuda_mem (whose allocator
 #                    tests need the cache) in a second run
-#   racecheck  35 s  compute-sanitizer racecheck on the shared-memory
+#   racecheck  25 s  compute-sanitizer racecheck on the shared-memory
 #                    reductions: cuda_stats, cuda_ops (cross-entropy),
 #                    cuda_layers (bias / batch-norm sums), one run each
-#   gpu_bench 120 s  hsi's GPU figures (H2D pinned/pageable, device memcpy,
+#   gpu_bench  80 s  hsi's GPU figures (H2D pinned/pageable, device memcpy,
 #                    GPU stats and fused pass vs the CPU one, cnn2d at batch
 #                    128 and 1024 and HybridSN on the card and on the CPU engine)
-#   torch      75 s  bench/torch_gpu.py: the same models in PyTorch on the same
+#   profile    20 s  `hsi bench model --device cuda --ops` for cnn2d at batch
+#                    1024 and 128 and HybridSN at 128: a training step's time
+#                    per op and layer (each piece waited for), in profile.txt
+#   torch      65 s  bench/torch_gpu.py: the same models in PyTorch on the same
 #                    card, FP32 (no TF32) and TF32, in the environment this
 #                    script was started with (none of hsi's library paths)
-# 470 s in all (a 476 s deadline with the script's own work). A stage runs
+# 470 s in all (a 476 s deadline with the script's own work; on the H200 on
+# 2026-12-04 the whole check took 51-68 s: tests 1-2 s, memcheck 3, racecheck
+# 10, gpu_bench 7-12, torch 20-30, whence the 60 s of salinas_a and the 20 s
+# of profile taken from tests, racecheck, gpu_bench and torch; one CPU run of
+# salinas_a takes 4.2 s on 2 cores here). A stage runs
 # only when the time left covers its budget, else it is reported as skipped
 # with the reason, as is a stage whose inputs failed. Every stage prints one status line ("== [stage] STATUS ...") and
 # appends one JSON line to $OUT/results.jsonl as soon as it ends (with the
 # figures of gpu_bench and torch_gpu.py as {"stage", "figure"} lines), so a
 # crash later loses nothing; the producers' own JSON lines are in
-# gpu_bench.jsonl / torch_gpu.jsonl, the logs beside them. $OUT is the
+# gpu_bench.jsonl / torch_gpu.jsonl, the logs beside them (salinas_a's runs,
+# less their weights, under $OUT/salinas_a). $OUT is the
 # device tool's folder, else bench/out/gpu; under $OUT, at the end, every
 # file but results.jsonl, gpu_check.log, gpu_bench.jsonl, torch_gpu.jsonl,
-# commands.jsonl and tests.log is packed into logs.tar.gz (the tool brings
+# commands.jsonl, tests.log and profile.txt is packed into logs.tar.gz (the tool brings
 # back 8 files). A summary (hsi vs PyTorch on the
 # same card, FP32 and TF32) is printed last.
 #
@@ -56,8 +73,8 @@ mkdir -p "$O" || exit 2
 RES=$O/results.jsonl
 MODE=${HSI_GPU_CHECK_MODE:-auto}
 TOTAL=${HSI_GPU_CHECK_TOTAL_S:-476} # the deadline: the budgets (470 s) plus a few seconds for the script itself
-declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=95 [commands]=35 [memcheck]=85
-                   [racecheck]=35 [gpu_bench]=120 [torch]=75)
+declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=75 [commands]=35 [salinas_a]=60
+                   [memcheck]=85 [racecheck]=25 [gpu_bench]=80 [profile]=20 [torch]=65)
 T0=$(date +%s)
 # the environment as it was started: what PyTorch gets
 START_LD=${LD_LIBRARY_PATH-}
@@ -179,7 +196,7 @@ def lines(name):
 
 g, ge = lines("gpu_bench.jsonl")
 t, te = lines("torch_gpu.jsonl")
-stages = []
+stages, sal = [], None
 try:
     with open(os.path.join(o, "results.jsonl")) as f:
         for text in f:
@@ -189,11 +206,21 @@ try:
                 continue
             if "status" in d:
                 stages.append(d)
+            elif d.get("stage") == "salinas_a" and isinstance(d.get("figure"), dict) \
+                    and d["figure"].get("compare") == "salinas_a":
+                sal = d["figure"]
 except OSError:
     pass
 print("== summary")
 for s in stages:
     print("  %-22s %-8s %s" % (s["stage"], s["status"], s.get("detail", "")[:110]))
+if sal:
+    c, u = sal.get("cpu", {}), sal.get("cuda", {})
+    fmt = lambda v: "%.4f" % v if isinstance(v, (int, float)) else "?"
+    print("  Salinas-A cnn2d test OA, seeds %s: cpu %s +- %s (%d runs) | cuda %s +- %s (%d runs) | |diff| %s, tolerance %s: %s"
+          % (sal.get("seeds"), fmt(c.get("mean")), fmt(c.get("std")), c.get("runs", 0),
+             fmt(u.get("mean")), fmt(u.get("std")), u.get("runs", 0), fmt(sal.get("abs_diff_mean")),
+             fmt(sal.get("tolerance")), "ok" if sal.get("ok") else "NOT OK"))
 if g.get("device") or t.get("device"):
     print("  device: hsi %s | torch %s (torch %s, CUDA %s, cuDNN %s)"
           % (g.get("device", "?"), t.get("device", "?"), t.get("torch", "?"),
@@ -258,7 +285,8 @@ for e in ge + te:
     print("  error: %s" % e[:200])
 with open(os.path.join(o, "results.jsonl"), "a") as f:
     f.write(json.dumps({"stage": "summary", "hsi_over_torch": ratios,
-                        "errors": len(ge) + len(te)}) + "\n")
+                        "salinas_a_oa": {k: sal.get(k, {}).get("mean") for k in ("cpu", "cuda")}
+                        if sal else None, "errors": len(ge) + len(te)}) + "\n")
 PYEOF
 }
 
@@ -475,7 +503,50 @@ if needs_device commands; then
     result commands "$(rc_status "$RC")" "$RC" "$SECS" "${detail:-no comparison (see $O/commands.log)} (log $O/commands.log)"
 fi
 
-# ----------------------------------------------- 1b. compute-sanitizer runs
+# ------------------- 1b. hsi train on Salinas-A, --device cuda against cpu
+# as bench/accuracy_salinas_a.sh runs cnn2d (its random 5 % split; the
+# defaults written out), 3 seeds on each device; the data packed by
+# bench/gpu_prepare.sh (the GPU machine has no ../shared), else the shared one
+rc_sal=skipped
+SAL_SEEDS="1 2 3"
+SAL_DATA=""
+for d in build/gpu/run/data/salinas_a "${HSI_SHARED_DATA:-../shared/data}/salinas_a"; do
+    [ -f "$d/SalinasA_corrected.mat" ] && [ -f "$d/SalinasA_gt.mat" ] && { SAL_DATA=$d; break; }
+done
+if [ -z "$SAL_DATA" ]; then
+    result salinas_a skipped null 0 "no Salinas-A data: not packed into build/gpu/run/data/salinas_a (bench/gpu_prepare.sh packs it where ${HSI_SHARED_DATA:-../shared/data}/salinas_a has it; BUILD_INFO says), no SalinasA_corrected.mat and SalinasA_gt.mat in ${HSI_SHARED_DATA:-../shared/data}/salinas_a here"
+elif needs_device salinas_a; then
+    S=$O/salinas_a
+    rm -rf "$S" && mkdir -p "$S"
+    t=$(now)
+    SAL_OPTS=(--model cnn2d --split random --train 0.05 --epochs 40)
+    echo "== [salinas_a] $HSI_CMD train $SAL_DATA/SalinasA_corrected.mat $SAL_DATA/SalinasA_gt.mat ${SAL_OPTS[*]} --seed S --device D, seeds $SAL_SEEDS, --device cpu ($(nproc) cores) and cuda"
+    for s in $SAL_SEEDS; do
+        for d in cpu cuda; do
+            l=$(( BUDGET[salinas_a] - ($(now) - t) - 2 ))
+            [ $l -lt 2 ] && { echo "   (out of time before: seed $s --device $d)"; break 2; }
+            t1=$(now)
+            timeout -k 1 $l "${HSI_ENV[@]}" "$HSI_CMD" train "$SAL_DATA/SalinasA_corrected.mat" \
+                "$SAL_DATA/SalinasA_gt.mat" "${SAL_OPTS[@]}" --seed "$s" --device "$d" \
+                --out "$S/run_${d}_s$s" --quiet > "$S/run_${d}_s$s.log" 2>&1
+            rc=$?
+            echo "   seed $s --device $d: exit status $rc, $(( $(now) - t1 )) s$(
+                [ $rc -ne 0 ] && printf ': %s' "$(tail -1 "$S/run_${d}_s$s.log")")"
+        done
+    done
+    # the weights (2 MB a run) stay behind: logs.tar.gz comes back only under 16 MiB
+    rm -f "$S"/run_*/*.safetensors
+    # shellcheck disable=SC2086 # the seeds are a word list
+    python3 bench/gpu_commands.py --salinas "$S" $SAL_SEEDS > "$O/salinas_a.jsonl" 2> "$O/salinas_a.err"
+    RC=$?
+    SECS=$(( $(now) - t ))
+    rc_sal=$RC
+    figures "$O/salinas_a.jsonl" salinas_a
+    detail=$(sed -n 's/^{"detail": "\(.*\)"}$/\1/p' "$O/salinas_a.jsonl" | tail -1)
+    result salinas_a "$(rc_status "$RC")" "$RC" "$SECS" "${detail:-no comparison: $(tail -1 "$O/salinas_a.err")} (runs $S)"
+fi
+
+# ----------------------------------------------- 1c. compute-sanitizer runs
 SAN=$(command -v compute-sanitizer || true)
 for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
     [ -z "$SAN" ] && [ -x "$c" ] && SAN=$c
@@ -559,6 +630,29 @@ if needs_device gpu_bench; then
     result gpu_bench "$(rc_status "$RC")" "$RC" "$SECS" "$n_fig JSON lines, $n_err errors$( [ "$n_err" -gt 0 ] && printf ': %s' "$(errors_of "$O/gpu_bench.jsonl" 3 | paste -sd ';' -)") (figures $O/gpu_bench.jsonl)"
 fi
 
+# ------------------------- 2b. where a training step's time goes on the card
+# `hsi bench model --device cuda --ops`: per op and layer, each piece waited
+# for (the pieces add up to more than a step), the model at the batches where
+# hsi trails PyTorch
+rc_prof=skipped
+if needs_device profile; then
+    t=$(now)
+    : > "$O/profile.txt"
+    for mb in "cnn2d 1024" "hybridsn 128" "cnn2d 128"; do
+        read -r model batch <<< "$mb"
+        l=$(( BUDGET[profile] - ($(now) - t) - 1 ))
+        [ $l -lt 2 ] && { echo "   (out of time before $model batch $batch)" | tee -a "$O/profile.txt"; break; }
+        echo "== $model batch $batch: bench model $model --batch $batch --steps 10 --warmup 2 --device cuda --ops" >> "$O/profile.txt"
+        timeout -k 1 $l "${HSI_ENV[@]}" "$HSI_CMD" bench model "$model" --batch "$batch" --steps 10 \
+            --warmup 2 --device cuda --ops >> "$O/profile.txt" 2>&1
+        rc_prof=$?
+        [ $rc_prof -ne 0 ] && break
+    done
+    SECS=$(( $(now) - t ))
+    grep -A4 "^per op" "$O/profile.txt" | sed 's/^/   /' | head -30
+    result profile "$(rc_status "$rc_prof")" "$rc_prof" "$SECS" "per op and layer tables in $O/profile.txt"
+fi
+
 # ---------------------------------------------------- 3. PyTorch on the same card
 # its own environment: the one this script was started with, less any of hsi's
 # library directories and hsi's variables (none of which were exported)
@@ -600,7 +694,7 @@ if fits torch; then
 fi
 
 summary
-echo "== done in $(elapsed) s: tests $rc_tests, gpu_bench $rc_bench, torch $rc_torch; stages in $RES"
+echo "== done in $(elapsed) s: tests $rc_tests, salinas_a $rc_sal, gpu_bench $rc_bench, torch $rc_torch; stages in $RES"
 ok=1
 [ $BIN_OK -eq 1 ] && [ $DEV_OK -eq 1 ] && [ "$rc_tests" = 0 ] && [ "$rc_bench" = 0 ] || ok=0
 exec >&- 2>&-
@@ -610,7 +704,7 @@ wait "$TEE_PID" 2>/dev/null
 # (logs of each stage, the commands' outputs) goes into logs.tar.gz
 if [ -n "${OUT:-}" ] && [ "$O" = "$OUT" ] && tar -czf "$O.logs.tar.gz" -C "$O" . 2>/dev/null; then
     find "$O" -mindepth 1 -maxdepth 1 ! -name results.jsonl ! -name gpu_check.log ! -name gpu_bench.jsonl \
-        ! -name torch_gpu.jsonl ! -name commands.jsonl ! -name tests.log -exec rm -rf {} +
+        ! -name torch_gpu.jsonl ! -name commands.jsonl ! -name tests.log ! -name profile.txt -exec rm -rf {} +
     mv "$O.logs.tar.gz" "$O/logs.tar.gz"
 fi
 [ $ok -eq 1 ]

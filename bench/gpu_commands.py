@@ -12,10 +12,18 @@ stage reports. Standard library only (the GPU image may lack numpy).
   map_{cpu,cuda}            hsi predict with the CPU-trained run: pixels equal
   bench_{cpu,cuda}.json     hsi bench model --json: samples/s, GPU over CPU
 Exit status 1 when a comparison is outside its tolerance or a file is
-missing, else 0."""
+missing, else 0.
+
+gpu_commands.py --salinas DIR SEED...: the "salinas_a" stage's runs,
+DIR/run_{cpu,cuda}_sSEED/metrics.json (hsi train on Salinas-A): one JSON
+line per run (test OA, AA, kappa, seconds), then the mean and sample std of
+the test OA per device; ok when every run is there and |mean cuda - mean
+cpu| <= max(2 x the larger of the two stds, 0.02). Same last line and exit
+status."""
 import array
 import json
 import os
+import statistics
 import sys
 
 
@@ -95,5 +103,57 @@ def main():
     return 1 if bad else 0
 
 
+def salinas(d, seeds):
+    out, bad, notes, oa = [], 0, [], {"cpu": [], "cuda": []}
+    seeds = [int(s) if s.isdigit() else s for s in seeds]
+    for dev in ("cpu", "cuda"):
+        for s in seeds:
+            name = "run_%s_s%s/metrics.json" % (dev, s)
+            try:
+                m = load(os.path.join(d, name))
+            except (OSError, ValueError) as e:
+                out.append({"compare": "salinas_a_run", "device": dev, "seed": s,
+                            "error": "%s: %s" % (name, getattr(e, "strerror", None) or e)})
+                notes.append("%s seed %s: no metrics.json" % (dev, s))
+                bad += 1
+                continue
+            t = m.get("timings_s", {})
+            out.append({"compare": "salinas_a_run", "device": dev, "seed": s, "oa": m.get("oa"),
+                        "aa": m.get("aa"), "kappa": m.get("kappa"), "train_s": t.get("train"),
+                        "total_s": t.get("total"), "n": m.get("split_counts")})
+            if isinstance(m.get("oa"), (int, float)):
+                oa[dev].append(m["oa"])
+            else:
+                notes.append("%s seed %s: no OA in metrics.json" % (dev, s))
+                bad += 1
+    rec = {"compare": "salinas_a", "seeds": seeds}
+    for dev in ("cpu", "cuda"):
+        v = oa[dev]
+        rec[dev] = {"runs": len(v), "oa": v, "mean": statistics.mean(v) if v else None,
+                    "std": statistics.stdev(v) if len(v) > 1 else (0.0 if v else None)}
+    if oa["cpu"] and oa["cuda"]:
+        diff = abs(rec["cuda"]["mean"] - rec["cpu"]["mean"])
+        tol = max(2 * max(rec["cpu"]["std"], rec["cuda"]["std"]), 0.02)
+        ok = not bad and diff <= tol
+        rec.update({"abs_diff_mean": diff, "tolerance": tol, "ok": ok})
+        notes.insert(0, "Salinas-A test OA cpu %.4f +- %.4f (%d runs), cuda %.4f +- %.4f (%d runs), "
+                        "|diff| %.4f, tolerance %.4f%s" % (
+                            rec["cpu"]["mean"], rec["cpu"]["std"], len(oa["cpu"]),
+                            rec["cuda"]["mean"], rec["cuda"]["std"], len(oa["cuda"]), diff, tol,
+                            "" if diff <= tol else " (OUT OF TOLERANCE)"))
+    else:
+        rec["ok"] = False
+        notes.insert(0, "Salinas-A: no OA to compare (cpu %d runs, cuda %d runs)"
+                     % (len(oa["cpu"]), len(oa["cuda"])))
+        bad += 1
+    out.append(rec)
+    for r in out:
+        print(json.dumps(r))
+    print(json.dumps({"detail": "; ".join(notes)}))
+    return 1 if bad or not rec["ok"] else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--salinas":
+        sys.exit(salinas(sys.argv[2], sys.argv[3:]))
     sys.exit(main())

@@ -12,7 +12,12 @@
 # itself (build/gpu/run/hsi, for the check's --device stage), copies the shared libraries they
 # need that a CUDA image lacks (OpenBLAS, LAPACK(E), gfortran, CUnit, matio,
 # libxml2, cairo and theirs; a library not found here stops the script) into
-# build/gpu/run/lib, writes build/gpu/run/BUILD_INFO,
+# build/gpu/run/lib, copies Salinas-A (SalinasA_corrected.mat and
+# SalinasA_gt.mat, 1.5 MB, for the check's salinas_a stage: the GPU machine
+# has no ../shared) from ${HSI_SHARED_DATA:-../shared/data}/salinas_a into
+# build/gpu/run/data/salinas_a when both are there (into the build output
+# only, never the git tree; without them the stage is skipped and says so),
+# writes build/gpu/run/BUILD_INFO (which says whether the data was packed),
 # and packs it all into build/gpu/run.tar.xz (carry that path; build/ is
 # ignored by git). Not the check itself: that is bench/gpu_check.sh, run on
 # the GPU machine.
@@ -67,12 +72,24 @@ done | sort -u | while read -r soname path; do
     *) cp -L "$path" "$R/lib/$soname" ;;
     esac
 done
+# Salinas-A for the check's salinas_a stage (hsi train --device cuda against cpu)
+SAL=${HSI_SHARED_DATA:-../shared/data}/salinas_a
+if [ -f "$SAL/SalinasA_corrected.mat" ] && [ -f "$SAL/SalinasA_gt.mat" ]; then
+    mkdir -p "$R/data/salinas_a"
+    cp "$SAL/SalinasA_corrected.mat" "$SAL/SalinasA_gt.mat" "$R/data/salinas_a/"
+    chmod 644 "$R"/data/salinas_a/*.mat
+    SAL_PACKED="packed from $SAL into run/data/salinas_a ($(du -ch "$R"/data/salinas_a/*.mat | tail -1 | cut -f1))"
+else
+    SAL_PACKED="not packed (no $SAL/SalinasA_corrected.mat and SalinasA_gt.mat here): the check's salinas_a stage will be skipped"
+fi
+echo "gpu_prepare: Salinas-A $SAL_PACKED"
 {
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "built: $(date -u +%FT%TZ) on $(hostname)"
     echo "cflags: $CFLAGS"
     echo "nvcc: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -1)"
     echo "cuda libraries needed: $(ldd $R/libhsi_cuda.so $R/gpu_bench | awk '$1 ~ /^lib(cudart|cublas)/ {print $1}' | sort -u | tr '\n' ' ')"
+    echo "salinas_a data: $SAL_PACKED"
 } > $R/BUILD_INFO
 cat $R/BUILD_INFO
 ls -la $R/lib
