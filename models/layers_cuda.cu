@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cuda_internal.h"
+#include "kernels/fastdiv.h"
 #include "models/cuda_ops.h"
 #include "models/layers_cuda.h"
 
@@ -146,6 +147,72 @@ __device__ double block_sum(double v, double *sh)
     return r;
 }
 
+/* Per-channel sums of (N, C, S) arrays over many blocks. One block per
+ * channel (conv_db_kernel, bn_fwd_kernel, bn_bwd_kernel) leaves most of a
+ * large GPU idle (C = 8..128 blocks) and divides in 64 bits per element;
+ * the bias gradient and batch norm use these instead: they split each channel's
+ * N * S elements into `parts` ranges, one block each (grid parts x C), sum
+ * them in double in a fixed order, and a second kernel adds the parts of a
+ * channel in order: the same bits on every run. Flat indices split into
+ * (sample, position) with a fastdiv, so the arrays must hold fewer than
+ * 2^31 elements (else the one-block-per-channel kernels run). */
+enum { CS_SUM_SQ = 0, CS_DY_XM = 1 };
+
+template <int MODE>
+__global__ void chan_parts_kernel(double2 *part, const float *a, const float *b, const float *mean,
+                                  uint32_t c, uint32_t s, hsi_fastdiv sdiv, uint32_t cnt, uint32_t len)
+{
+    __shared__ double sh[LC_THREADS];
+    uint32_t ch = blockIdx.y, p = blockIdx.x;
+    uint32_t i0 = p * len, i1 = i0 >= cnt ? i0 : cnt - i0 < len ? cnt : i0 + len;
+    float m = MODE == CS_DY_XM ? mean[ch] : 0.0f;
+    double s0 = 0, s1 = 0;
+    for (uint32_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+        uint32_t r = hsi_fastdiv_q(sdiv, i);
+        size_t k = ((size_t)r * c + ch) * s + (i - r * s);
+        float v = a[k];
+        s0 += v;
+        if (MODE == CS_SUM_SQ) s1 += (double)v * v;
+        else s1 += (double)(v * (b[k] - m));
+    }
+    s0 = block_sum(s0, sh);
+    s1 = block_sum(s1, sh);
+    if (threadIdx.x == 0) part[(size_t)ch * gridDim.x + p] = make_double2(s0, s1);
+}
+
+/* 1 when (n, c, s) takes the split kernels: fewer than 2^31 elements */
+static int bn_split(int64_t n, int64_t c, int64_t s) { return n * c * s < ((int64_t)1 << 31); }
+
+/* Blocks per channel: about 1024 blocks in all, at least 1024 elements
+ * each, at most 1024 per channel. */
+static int chan_parts(int64_t cnt, int64_t c)
+{
+    int64_t p = 1024 / c, by_size = cnt / 1024;
+    if (p > by_size) p = by_size;
+    if (p > 1024) p = 1024;
+    return p < 1 ? 1 : (int)p;
+}
+
+/* part (c * parts double2) from a, b over (n, c, s): the MODE sums */
+template <int MODE>
+static hsi_status chan_sums(double2 *part, int parts, const float *a, const float *b,
+                            const float *mean, int64_t n, int64_t c, int64_t s, const char *what)
+{
+    uint32_t cnt = (uint32_t)(n * s), len = (uint32_t)((cnt + parts - 1) / parts);
+    dim3 grid((unsigned)parts, (unsigned)c);
+    chan_parts_kernel<MODE><<<grid, LC_THREADS, 0, hsi_cu_stream()>>>(
+        part, a, b, mean, (uint32_t)c, (uint32_t)s, hsi_fastdiv_make((uint32_t)s), cnt, len);
+    HSI_CU_LAUNCHED(what);
+    return HSI_OK;
+}
+
+/* the status of the launches just queued */
+static hsi_status launched(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? HSI_OK : hsi_fail(HSI_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
+}
+
 /* db[k] += sum over n, o of dy (N, K, OS); one block per k */
 __global__ void conv_db_kernel(float *db, const float *dy, int64_t N, int64_t K, int64_t OS)
 {
@@ -160,11 +227,35 @@ __global__ void conv_db_kernel(float *db, const float *dy, int64_t N, int64_t K,
     if (threadIdx.x == 0) db[k] += (float)s;
 }
 
+/* db[k] += the k-th channel's sum of the parts */
+__global__ void chan_db_kernel(float *db, const double2 *part, int parts, int k)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= k) return;
+    double acc = 0;
+    for (int p = 0; p < parts; p++) acc += part[(size_t)ch * parts + p].x;
+    db[ch] += (float)acc;
+}
+
 hsi_status hsi_cu_conv_db(float *db, const float *dy, int64_t n, int64_t k, int64_t os, const char *what)
 {
-    conv_db_kernel<<<(unsigned)k, LC_THREADS, 0, hsi_cu_stream()>>>(db, dy, n, k, os);
-    HSI_CU_LAUNCHED(what);
-    return HSI_OK;
+    if (!bn_split(n, k, os)) {
+        conv_db_kernel<<<(unsigned)k, LC_THREADS, 0, hsi_cu_stream()>>>(db, dy, n, k, os);
+        HSI_CU_LAUNCHED(what);
+        return HSI_OK;
+    }
+    hsi_status st = HSI_OK;
+    void *part = NULL;
+    int parts = chan_parts(n * os, k);
+    HSI_CU_TRY(hsi_cuda_malloc(&part, sizeof(double2) * (size_t)(k * parts)));
+    st = chan_sums<CS_SUM_SQ>((double2 *)part, parts, dy, NULL, NULL, n, k, os, what);
+    if (st == HSI_OK) {
+        chan_db_kernel<<<(unsigned)((k + 127) / 128), 128, 0, hsi_cu_stream()>>>(db, (const double2 *)part,
+                                                                              parts, (int)k);
+        st = launched(what);
+    }
+    hsi_cuda_free(part);
+    return st;
 }
 
 extern "C" hsi_status hsi_conv_forward_cuda(float *y, const float *x, const float *w,
@@ -532,22 +623,132 @@ __global__ void bn_bwd_kernel(float *dx, float *dgamma, float *dbeta, const floa
     }
 }
 
+/* training: the statistics from the parts (mean, biased variance), saved
+ * and folded into the running ones; eval: the running ones. coef[ch] =
+ * (scale, shift) with y = x * scale + shift. One thread per channel. */
+__global__ void bn_fwd_coef_kernel(float2 *coef, float *save_mean, float *save_invstd, float *rmean,
+                                   float *rvar, const double2 *part, int parts, const float *gamma,
+                                   const float *beta, int c, double count, float eps, float momentum,
+                                   int training)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    float mean, invstd;
+    if (training) {
+        double s0 = 0, s1 = 0;
+        for (int p = 0; p < parts; p++) {
+            double2 v = part[(size_t)ch * parts + p];
+            s0 += v.x;
+            s1 += v.y;
+        }
+        double m = s0 / count, var = s1 / count - m * m;
+        if (var < 0) var = 0;
+        mean = (float)m;
+        invstd = (float)(1.0 / sqrt(var + (double)eps));
+        if (save_mean) save_mean[ch] = mean;
+        if (save_invstd) save_invstd[ch] = invstd;
+        if (rmean && rvar) {
+            double unbiased = count > 1 ? var * count / (count - 1) : var;
+            rmean[ch] = (float)((1 - (double)momentum) * rmean[ch] + (double)momentum * m);
+            rvar[ch] = (float)((1 - (double)momentum) * rvar[ch] + (double)momentum * unbiased);
+        }
+    } else {
+        mean = rmean[ch];
+        invstd = (float)(1.0 / sqrt((double)rvar[ch] + (double)eps));
+    }
+    float scale = gamma ? gamma[ch] * invstd : invstd;
+    coef[ch] = make_float2(scale, (beta ? beta[ch] : 0.0f) - mean * scale);
+}
+
+/* y = x * coef[ch].x + coef[ch].y over (N, C, S), flat */
+__global__ void bn_apply_kernel(float *y, const float *x, const float2 *coef, hsi_fastdiv sdiv,
+                                hsi_fastdiv cdiv, uint32_t total)
+{
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        uint32_t row = hsi_fastdiv_q(sdiv, i);
+        float2 k = coef[row - hsi_fastdiv_q(cdiv, row) * cdiv.d];
+        y[i] = x[i] * k.x + k.y;
+    }
+}
+
+/* backward: dgamma, dbeta += the channel's sums; coef[ch] = (a, b, e, mean)
+ * with dx += dy * a + (x - mean) * b + e (training) or dy * a (eval) */
+__global__ void bn_bwd_coef_kernel(float4 *coef, float *dgamma, float *dbeta, const double2 *part,
+                                   int parts, const float *gamma, const float *save_mean,
+                                   const float *save_invstd, int c, double count, int training)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    double sum_dy = 0, sum_dyxm = 0;
+    for (int p = 0; p < parts; p++) {
+        double2 v = part[(size_t)ch * parts + p];
+        sum_dy += v.x;
+        sum_dyxm += v.y;
+    }
+    float m = save_mean[ch], is = save_invstd[ch];
+    double sum_dyxhat = sum_dyxm * (double)is;
+    if (dgamma) dgamma[ch] += (float)sum_dyxhat;
+    if (dbeta) dbeta[ch] += (float)sum_dy;
+    float gis = (gamma ? gamma[ch] : 1.0f) * is;
+    if (training) {
+        float kk = (float)(sum_dyxhat / count) * is;
+        coef[ch] = make_float4(gis, -gis * kk, -gis * (float)(sum_dy / count), m);
+    } else {
+        coef[ch] = make_float4(gis, 0.0f, 0.0f, m);
+    }
+}
+
+template <int TRAINING>
+__global__ void bn_bwd_apply_kernel(float *dx, const float *dy, const float *x, const float4 *coef,
+                                    hsi_fastdiv sdiv, hsi_fastdiv cdiv, uint32_t total)
+{
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        uint32_t row = hsi_fastdiv_q(sdiv, i);
+        float4 k = coef[row - hsi_fastdiv_q(cdiv, row) * cdiv.d];
+        if (TRAINING) dx[i] += dy[i] * k.x + (x[i] - k.w) * k.y + k.z;
+        else dx[i] += dy[i] * k.x;
+    }
+}
+
 extern "C" hsi_status hsi_bn_forward_cuda(float *y, float *save_mean, float *save_invstd,
                                           float *running_mean, float *running_var, const float *x,
                                           const float *gamma, const float *beta, int n, int c,
                                           int64_t s, float eps, float momentum, int training)
 {
+    hsi_status st = HSI_OK;
+    void *scratch = NULL;
     HSI_CU_TRY(hsi_cuda_require("batch norm forward"));
     if (n < 1 || c < 1 || s < 1)
         return hsi_fail(HSI_ERR_ARG, "batch norm forward (CUDA): empty input (%d, %d, %lld)", n,
                         c, (long long)s);
     if (!training && (!running_mean || !running_var))
         return hsi_fail(HSI_ERR_ARG, "batch norm forward (CUDA): eval mode needs running statistics");
-    bn_fwd_kernel<<<(unsigned)c, LC_THREADS, 0, hsi_cu_stream()>>>(
-        y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta, n, c, s, eps,
-        momentum, training);
-    HSI_CU_LAUNCHED("batch norm forward (CUDA)");
-    return HSI_OK;
+    if (!bn_split(n, c, s)) {
+        bn_fwd_kernel<<<(unsigned)c, LC_THREADS, 0, hsi_cu_stream()>>>(
+            y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta, n, c, s, eps,
+            momentum, training);
+        HSI_CU_LAUNCHED("batch norm forward (CUDA)");
+        return HSI_OK;
+    }
+    int parts = training ? chan_parts((int64_t)n * s, c) : 0;
+    size_t part_off = (sizeof(float2) * (size_t)c + 15) / 16 * 16;
+    uint32_t total = (uint32_t)((int64_t)n * c * s);
+    HSI_CU_TRY(hsi_cuda_malloc(&scratch, part_off + sizeof(double2) * (size_t)c * (size_t)parts));
+    float2 *coef = (float2 *)scratch;
+    double2 *part = (double2 *)((char *)scratch + part_off);
+    if (training &&
+        (st = chan_sums<CS_SUM_SQ>(part, parts, x, NULL, NULL, n, c, s,
+                                   "batch norm forward (CUDA), sums")) != HSI_OK)
+        goto cleanup;
+    bn_fwd_coef_kernel<<<(unsigned)((c + 127) / 128), 128, 0, hsi_cu_stream()>>>(
+        coef, save_mean, save_invstd, running_mean, running_var, part, parts, gamma, beta, c,
+        (double)n * (double)s, eps, momentum, training);
+    bn_apply_kernel<<<hsi_cu_blocks(total, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
+        y, x, coef, hsi_fastdiv_make((uint32_t)s), hsi_fastdiv_make((uint32_t)c), total);
+    st = launched("batch norm forward (CUDA)");
+cleanup:
+    hsi_cuda_free(scratch); /* stream-ordered: reused only after the work queued above */
+    return st;
 }
 
 extern "C" hsi_status hsi_bn_backward_cuda(float *dx, float *dgamma, float *dbeta, const float *dy,
@@ -555,11 +756,37 @@ extern "C" hsi_status hsi_bn_backward_cuda(float *dx, float *dgamma, float *dbet
                                            const float *save_mean, const float *save_invstd,
                                            int n, int c, int64_t s, int training)
 {
+    hsi_status st = HSI_OK;
+    void *scratch = NULL;
     HSI_CU_TRY(hsi_cuda_require("batch norm backward"));
     if (n < 1 || c < 1 || s < 1)
         return hsi_fail(HSI_ERR_ARG, "batch norm backward (CUDA): empty input");
-    bn_bwd_kernel<<<(unsigned)c, LC_THREADS, 0, hsi_cu_stream()>>>(
-        dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, n, c, s, training);
-    HSI_CU_LAUNCHED("batch norm backward (CUDA)");
-    return HSI_OK;
+    if (!bn_split(n, c, s)) {
+        bn_bwd_kernel<<<(unsigned)c, LC_THREADS, 0, hsi_cu_stream()>>>(
+            dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, n, c, s, training);
+        HSI_CU_LAUNCHED("batch norm backward (CUDA)");
+        return HSI_OK;
+    }
+    int parts = chan_parts((int64_t)n * s, c);
+    size_t part_off = (sizeof(float4) * (size_t)c + 15) / 16 * 16;
+    uint32_t total = (uint32_t)((int64_t)n * c * s);
+    hsi_fastdiv sd = hsi_fastdiv_make((uint32_t)s), cd = hsi_fastdiv_make((uint32_t)c);
+    unsigned blocks = hsi_cu_blocks(total, LC_THREADS);
+    HSI_CU_TRY(hsi_cuda_malloc(&scratch, part_off + sizeof(double2) * (size_t)c * (size_t)parts));
+    float4 *coef = (float4 *)scratch;
+    double2 *part = (double2 *)((char *)scratch + part_off);
+    if ((st = chan_sums<CS_DY_XM>(part, parts, dy, x, save_mean, n, c, s,
+                                  "batch norm backward (CUDA), sums")) != HSI_OK)
+        goto cleanup;
+    bn_bwd_coef_kernel<<<(unsigned)((c + 127) / 128), 128, 0, hsi_cu_stream()>>>(
+        coef, dgamma, dbeta, part, parts, gamma, save_mean, save_invstd, c, (double)n * (double)s,
+        training);
+    if (dx && training)
+        bn_bwd_apply_kernel<1><<<blocks, LC_THREADS, 0, hsi_cu_stream()>>>(dx, dy, x, coef, sd, cd, total);
+    else if (dx)
+        bn_bwd_apply_kernel<0><<<blocks, LC_THREADS, 0, hsi_cu_stream()>>>(dx, dy, x, coef, sd, cd, total);
+    st = launched("batch norm backward (CUDA)");
+cleanup:
+    hsi_cuda_free(scratch);
+    return st;
 }

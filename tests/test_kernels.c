@@ -9,6 +9,7 @@
 
 #include "io/meta.h"
 #include "kernels/bands.h"
+#include "kernels/fastdiv.h"
 #include "kernels/fused.h"
 #include "kernels/kern_internal.h"
 #include "kernels/normalize.h"
@@ -1358,6 +1359,51 @@ static void test_stats_split_parts(void)
     hsi_view_release(&mk);
 }
 
+/* kernels/fastdiv.h against the hardware divide: every divisor up to 4096
+ * and the powers of two and their neighbours, with numerators at both ends
+ * of the range, around multiples of d and at random. */
+static void test_fastdiv(void)
+{
+    uint64_t r = 12345;
+    int64_t bad = 0, checked = 0;
+    uint32_t ds[4096 + 3 * 31 + 4];
+    int nd = 0;
+    for (uint32_t d = 1; d <= 4096; d++) ds[nd++] = d;
+    for (int k = 12; k < 31; k++) {
+        ds[nd++] = (1u << k) - 1;
+        ds[nd++] = 1u << k;
+        ds[nd++] = (1u << k) + 1;
+    }
+    ds[nd++] = 0x7fffffffu;
+    ds[nd++] = 121;
+    ds[nd++] = 529 * 24;
+    for (int a = 0; a < nd; a++) {
+        uint32_t d = ds[a];
+        hsi_fastdiv f = hsi_fastdiv_make(d);
+        for (int t = 0; t < 200; t++) {
+            uint32_t n;
+            if (t < 8) n = (uint32_t)t;
+            else if (t < 16) n = 0x7fffffffu - (uint32_t)(t - 8);
+            else if (t < 64) {
+                uint64_t q = (uint64_t)(t - 16) * 1000003u % (0x7fffffffu / d + 1);
+                n = (uint32_t)(q * d + (uint64_t)(t % 3) - 1);
+                if (n > 0x7fffffffu) n = (uint32_t)(q * d);
+            } else {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                n = (uint32_t)(r >> 33);
+            }
+            checked++;
+            if (hsi_fastdiv_q(f, n) != n / d) {
+                if (bad++ < 5)
+                    fprintf(stderr, "\n  fastdiv: %u / %u gave %u, not %u\n", n, d, hsi_fastdiv_q(f, n), n / d);
+            }
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_TRUE(checked > 800000);
+}
+
+HSI_SUITE(kernels_fastdiv, 0, {"fastdiv = the hardware divide (n, d < 2^31)", test_fastdiv})
 HSI_SUITE(kernels_stats, 0, {"stats: 3 dtypes x 3 interleaves x 2 byte orders x 1-3 threads", test_stats_layouts},
           {"stats: naive reference path", test_stats_reference_path},
           {"stats: 16-bit rows of 1 to 1000 values, extremes in every lane, vs the reference",
