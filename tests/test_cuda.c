@@ -686,6 +686,9 @@ static void test_conv(void)
     int in3[3] = {10, 7, 6}, k3[3] = {7, 3, 3}, s3[3] = {1, 1, 1}, q3[3] = {0, 1, 0}, t3[3] = {2, 1, 2};
     conv_case(3, 2, 1, 8, in3, k3, s3, q3); /* HybridSN's first layer, smaller */
     conv_case(3, 2, 3, 4, in3, k3, t3, q3);
+    /* the bias gradient's channel sums over many blocks (75 per channel) */
+    int in4[2] = {40, 40};
+    conv_case(2, 48, 2, 3, in4, k2, s1, p1);
 }
 
 static void pool_case(hsi_pool_kind kind, int nd, const int *in, const int *ker, const int *str,
@@ -763,14 +766,18 @@ static void test_pool_gap(void)
     hsi_cuda_free(gx), hsi_cuda_free(gy), hsi_cuda_free(gdy), hsi_cuda_free(gdx);
 }
 
-/* batch norm, training and eval, with and without affine; tolerance 1e-4 */
+/* batch norm, training and eval, with and without affine; tolerance 1e-4;
+ * channel sums in one block, then over many (93, and 20 with a short last
+ * one) */
 static void test_bn(void)
 {
     rng_seed(13);
-    int n = 4, c = 3;
-    int64_t s = 37, nx = n * c * s;
+    const int shapes[3][2] = {{4, 37}, {64, 1500}, {7, 3001}};
+    for (int sh = 0; sh < 3; sh++)
     for (int training = 1; training >= 0; training--)
         for (int affine = 0; affine < 2; affine++) {
+            int n = shapes[sh][0], c = 3;
+            int64_t s = shapes[sh][1], nx = n * c * s;
             float *x = malloc(4 * nx), *dy = malloc(4 * nx), *y = malloc(4 * nx), *dx = malloc(4 * nx);
             float g[3] = {1.5f, -0.5f, 0.8f}, be[3] = {0.1f, 0.2f, -0.3f};
             float rm[3] = {0.1f, 0.0f, 5.0f}, rv[3] = {1.0f, 2.0f, 0.5f};
