@@ -1,12 +1,12 @@
 /* fused_cuda.cu — the fused select -> normalise -> project pass on the GPU
  * (see hsi_fused_run_cuda in kernels/cuda.h). Per tile of lines: with PCA
- * (up to 64 components, no l2, a dtype with a typed loader) one kernel
- * normalises and projects each pixel straight into the output layout
- * (fused_proj); else one kernel turns raw elements into normalised float
- * features (one thread per pixel, bands in the selection's order) and, with
- * PCA, one cuBLAS sgemm projects them on the whitened components. Float32
- * throughout, like the CPU pass. Also the PCA covariance
- * (hsi_covariance_cuda). Not the statistics or the eigendecomposition. */
+ * (up to 64 components, no l2) one kernel normalises and projects each
+ * pixel straight into the output layout (fused_proj); else one kernel turns
+ * raw elements into normalised float features (one thread per pixel, bands
+ * in the selection's order) and, with PCA, one cuBLAS sgemm projects them
+ * on the whitened components. Float32 throughout, like the CPU pass. Also
+ * the PCA covariance (hsi_covariance_cuda). Not the statistics or the
+ * eigendecomposition. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,8 +58,14 @@ __global__ void fused_prep(float *X, int64_t xs_p, int64_t xs_j, hsi_cu_cube c, 
  * writes the k <= KC components to C[p*cs_p + c*cs_j]. W (nf x KC,
  * zero-padded), the band coefficients {scale, centre, offset, fill} and the
  * band offsets sit in shared memory; the grid strides over the pixels so
- * each block loads them once. */
+ * each block loads them once. The band offsets come last and run on past
+ * band nf with zeros to a whole 16 bytes (FX_NOFF): ptxas may load
+ * boff[j + 1] with boff[j], one 16-byte load, before it tests j + 1 < nf
+ * (2043ee2's two-pixel kernel did in its fx_any instances: for an odd nf,
+ * 8 bytes past the allocation, compute-sanitizer's out-of-bounds shared
+ * read on float64 cubes; the value went unused). */
 #define FX_THREADS 256
+#define FX_NOFF(nf) (((nf) | 1) + 1) /* band offsets stored: even, > nf */
 template <typename LD, int KC>
 __global__ void __launch_bounds__(FX_THREADS)
 fused_proj(float *C, int64_t cs_p, int64_t cs_j, hsi_cu_cube c, fused_coef k, const float *W,
@@ -68,7 +74,7 @@ fused_proj(float *C, int64_t cs_p, int64_t cs_j, hsi_cu_cube c, fused_coef k, co
     extern __shared__ float4 fx_sh4[];
     float4 *co = fx_sh4;                      /* (nf): sc, ce, of, fl */
     float *w = (float *)(co + nf);            /* (nf, KC) */
-    int64_t *boff = (int64_t *)(w + nf * KC); /* nf * KC is a multiple of 8 */
+    int64_t *boff = (int64_t *)(w + nf * KC); /* (FX_NOFF(nf)); nf * KC is a multiple of 8 */
     for (int i = threadIdx.x; i < nf * KC; i += blockDim.x) {
         int j = i / KC, q = i - j * KC;
         w[i] = q < kc ? W[(int64_t)q * nf + j] : 0.0f;
@@ -77,6 +83,7 @@ fused_proj(float *C, int64_t cs_p, int64_t cs_j, hsi_cu_cube c, fused_coef k, co
         co[j] = make_float4(k.sc[j], k.ce[j], k.of[j], k.fl[j]);
         boff[j] = k.bands[j] * c.sb;
     }
+    for (int j = nf + threadIdx.x; j < FX_NOFF(nf); j += blockDim.x) boff[j] = 0;
     __syncthreads();
     const int64_t npix = c.n_lines * c.n_samples;
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < npix;
@@ -113,7 +120,7 @@ fused_proj(float *C, int64_t cs_p, int64_t cs_j, hsi_cu_cube c, fused_coef k, co
 /* Shared bytes of fused_proj for nf bands and KC accumulators. */
 static size_t fx_shared_bytes(int64_t nf, int kc_pad)
 {
-    return sizeof(float) * (size_t)(4 * nf + nf * kc_pad) + sizeof(int64_t) * (size_t)nf;
+    return sizeof(float) * (size_t)(4 * nf + nf * kc_pad) + sizeof(int64_t) * (size_t)FX_NOFF(nf);
 }
 
 /* The accumulators fused_proj uses for k components (0: k too large). */
@@ -142,9 +149,8 @@ static hsi_status fx_launch_kc(float *C, int64_t cs_p, int64_t cs_j, const hsi_c
 }
 
 /* The tile's normalisation and projection by fused_proj; *done = 0 (and
- * nothing launched) when it does not take the call: k over 64, a cube not
- * aligned or of a dtype without its own loader, or W and the coefficients
- * beyond the device's shared memory per block. */
+ * nothing launched) when it does not take the call: k over 64, or W and the
+ * coefficients beyond the device's shared memory per block. */
 static hsi_status fx_project(int *done, float *C, int64_t cs_p, int64_t cs_j, const hsi_cu_cube &dc,
                              const fused_coef &coef, const float *W, int64_t nf, int64_t k,
                              int has_fill, int has_ig, float ig)
@@ -166,15 +172,7 @@ static hsi_status fx_project(int *done, float *C, int64_t cs_p, int64_t cs_j, co
         if (kp == 32) FX_KC(L, 32);                                                \
         FX_KC(L, 64);                                                              \
     } while (0)
-    /* the typed loaders only: the kernel built with fx_any<true> read
-     * shared memory out of bounds under compute-sanitizer on the H200
-     * (float64 cubes, 2026-12-04, cause not found); those dtypes and
-     * unaligned cubes take the normalisation kernel and the sgemm */
-    if (dc.aligned && dc.dtype == HSI_U8) FX_L(fx_u8);
-    if (dc.aligned && dc.dtype == HSI_U16) FX_L(fx_u16);
-    if (dc.aligned && dc.dtype == HSI_I16) FX_L(fx_i16);
-    if (dc.aligned && dc.dtype == HSI_F32) FX_L(fx_f32);
-    *done = 0;
+    HSI_CU_BY_LOADER(dc, FX_L);
 #undef FX_L
 #undef FX_KC
     return HSI_OK;
