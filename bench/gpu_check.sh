@@ -30,15 +30,17 @@
 #   gpu_bench  80 s  hsi's GPU figures (H2D pinned/pageable, device memcpy,
 #                    GPU stats and fused pass vs the CPU one, cnn2d at batch
 #                    128 and 1024 and HybridSN on the card and on the CPU engine)
-#   profile    20 s  `hsi bench model --device cuda --ops` for cnn2d at batch
+#   profile    30 s  `hsi bench model --device cuda --ops` for cnn2d at batch
 #                    1024 and 128 and HybridSN at 128: a training step's time
-#                    per op and layer (each piece waited for), in profile.txt
-#   torch      65 s  bench/torch_gpu.py: the same models in PyTorch on the same
+#                    per op and layer (each piece waited for), in profile.txt;
+#                    then cnn2d b1024 and HybridSN b128 with every convolution
+#                    by cuDNN's fastest algorithms (HSI_CUDNN_ALGO=fastest)
+#   torch      55 s  bench/torch_gpu.py: the same models in PyTorch on the same
 #                    card, FP32 (no TF32) and TF32, in the environment this
 #                    script was started with (none of hsi's library paths)
 # 470 s in all (a 476 s deadline with the script's own work; on the H200 on
 # 2026-12-04 the whole check took 51-68 s: tests 1-2 s, memcheck 3, racecheck
-# 10, gpu_bench 7-12, torch 20-30, whence the 60 s of salinas_a and the 20 s
+# 10, gpu_bench 7-12, torch 20-30, whence the 60 s of salinas_a and the 30 s
 # of profile taken from tests, racecheck, gpu_bench and torch; one CPU run of
 # salinas_a takes 4.2 s on 2 cores here). A stage runs
 # only when the time left covers its budget, else it is reported as skipped
@@ -74,7 +76,7 @@ RES=$O/results.jsonl
 MODE=${HSI_GPU_CHECK_MODE:-auto}
 TOTAL=${HSI_GPU_CHECK_TOTAL_S:-476} # the deadline: the budgets (470 s) plus a few seconds for the script itself
 declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=75 [commands]=35 [salinas_a]=60
-                   [memcheck]=85 [racecheck]=25 [gpu_bench]=80 [profile]=20 [torch]=65)
+                   [memcheck]=85 [racecheck]=25 [gpu_bench]=80 [profile]=30 [torch]=55)
 T0=$(date +%s)
 # the environment as it was started: what PyTorch gets
 START_LD=${LD_LIBRARY_PATH-}
@@ -638,13 +640,16 @@ rc_prof=skipped
 if needs_device profile; then
     t=$(now)
     : > "$O/profile.txt"
-    for mb in "cnn2d 1024" "hybridsn 128" "cnn2d 128"; do
-        read -r model batch <<< "$mb"
+    # then every convolution by cuDNN, its fastest algorithms deterministic or
+    # not (PyTorch's cudnn.benchmark choice): what that would gain
+    for mb in "cnn2d 1024 auto deterministic" "hybridsn 128 auto deterministic" \
+              "cnn2d 128 auto deterministic" "cnn2d 1024 cudnn fastest" "hybridsn 128 cudnn fastest"; do
+        read -r model batch conv algo <<< "$mb"
         l=$(( BUDGET[profile] - ($(now) - t) - 1 ))
         [ $l -lt 2 ] && { echo "   (out of time before $model batch $batch)" | tee -a "$O/profile.txt"; break; }
-        echo "== $model batch $batch: bench model $model --batch $batch --steps 10 --warmup 2 --device cuda --ops" >> "$O/profile.txt"
-        timeout -k 1 $l "${HSI_ENV[@]}" "$HSI_CMD" bench model "$model" --batch "$batch" --steps 10 \
-            --warmup 2 --device cuda --ops >> "$O/profile.txt" 2>&1
+        echo "== $model batch $batch: HSI_CUDNN_ALGO=$algo bench model $model --batch $batch --steps 10 --warmup 2 --device cuda --conv $conv --ops" >> "$O/profile.txt"
+        timeout -k 1 $l "${HSI_ENV[@]}" HSI_CUDNN_ALGO="$algo" "$HSI_CMD" bench model "$model" --batch "$batch" \
+            --steps 10 --warmup 2 --device cuda --conv "$conv" --ops >> "$O/profile.txt" 2>&1
         rc_prof=$?
         [ $rc_prof -ne 0 ] && break
     done

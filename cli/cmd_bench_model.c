@@ -379,8 +379,9 @@ HSI_CLI_COMMAND(bench_model,
                  "when it loads (but gemm for the backward of 3-D convolutions, faster\n"
                  "there), else gemm; gemm = im2col + cuBLAS sgemm; cudnn = every one by\n"
                  "cuDNN 9 (loaded at run time: $HSI_CUDNN, else libcudnn.so.9; FP32 math,\n"
-                 "no TF32; the fastest deterministic algorithms), or an error saying why\n"
-                 "it cannot run. direct is the CPU's only and cudnn the GPU's only: each\n"
-                 "is a usage error on the other device. --ops: the training step's time\n"
-                 "per op and layer on stderr, from extra steps that wait for each layer.\n",
+                 "no TF32; the fastest deterministic algorithms, the fastest of all with\n"
+                 "HSI_CUDNN_ALGO=fastest), or an error saying why it cannot run. direct\n"
+                 "is the CPU's only and cudnn the GPU's only: each is a usage error on\n"
+                 "the other device. --ops: the training step's time per op and layer on\n"
+                 "stderr, from extra steps that wait for each layer.\n",
                  bench_model})

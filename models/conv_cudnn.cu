@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/cuda_internal.h"
+#include "kernels/fastdiv.h"
 #include "models/cuda_ops.h"
 #include "models/layers_cuda.h"
 
@@ -75,6 +76,7 @@ static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
 static int g_loaded;          /* 1 when every function resolved */
 static char g_load_why[1024]; /* why not, when not */
 static int g_version;         /* cudnnGetVersion() */
+static int g_fastest;         /* HSI_CUDNN_ALGO=fastest: deterministic or not (pick_algo) */
 static pthread_key_t g_handle_key;
 
 /* A thread's handle is destroyed when the thread ends. */
@@ -87,6 +89,13 @@ static void handle_release(void *h)
  * a reason to take another cuDNN), else the soname. */
 static void dnn_load(void)
 {
+    const char *algo = getenv("HSI_CUDNN_ALGO");
+    if (algo && *algo && strcmp(algo, "deterministic") && strcmp(algo, "fastest")) {
+        snprintf(g_load_why, sizeof g_load_why,
+                 "HSI_CUDNN_ALGO=%s: expected deterministic (the default) or fastest", algo);
+        return;
+    }
+    g_fastest = algo && !strcmp(algo, "fastest");
     const char *env = getenv("HSI_CUDNN");
     const int from_env = env && *env;
     const char *path = from_env ? env : HSI_CUDNN_SONAME;
@@ -333,7 +342,9 @@ static void plan_store(const dnn_plan *p)
  * fastest first): the first that works without tensor-core math
  * (TF32) within the workspace cap and is deterministic; when none is
  * deterministic, the first that works (its results may then vary with the
- * scheduling of its atomics in the last bits). -1 when none works. */
+ * scheduling of its atomics in the last bits). HSI_CUDNN_ALGO=fastest: the
+ * first that works, deterministic or not (PyTorch's cudnn.benchmark
+ * choice). -1 when none works. */
 template <typename Perf> static int pick_algo(const Perf *perf, int n)
 {
     int any = -1;
@@ -342,7 +353,7 @@ template <typename Perf> static int pick_algo(const Perf *perf, int n)
             perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
             perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
             continue;
-        if (perf[i].determinism == CUDNN_DETERMINISTIC) return i;
+        if (g_fastest || perf[i].determinism == CUDNN_DETERMINISTIC) return i;
         if (any < 0) any = i;
     }
     return any;
@@ -436,18 +447,21 @@ cleanup:
 
 /* ------------------------------------------------------------ bias kernels */
 
-/* y (N, K, OS) += b[k] */
-__global__ void dnn_bias_add_kernel(float *y, const float *b, int64_t K, int64_t OS, int64_t total)
+/* y (N, K, OS) += b[k], flat; k by two fastdivs (no 64-bit division per
+ * element): y has fewer than 2^31 elements (dnn_begin checked it) */
+__global__ void dnn_bias_add_kernel(float *y, const float *b, hsi_fastdiv osd, hsi_fastdiv kd,
+                                    uint32_t total)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x)
-        y[i] += b[(i / OS) % K];
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        uint32_t row = hsi_fastdiv_q(osd, i);
+        y[i] += b[row - hsi_fastdiv_q(kd, row) * kd.d];
+    }
 }
 
 static hsi_status dnn_bias_add(float *y, const float *b, int64_t K, int64_t OS, int64_t total)
 {
-    dnn_bias_add_kernel<<<hsi_cu_blocks(total, DNN_THREADS), DNN_THREADS, 0, hsi_cu_stream()>>>(y, b, K, OS,
-                                                                                                total);
+    dnn_bias_add_kernel<<<hsi_cu_blocks(total, DNN_THREADS), DNN_THREADS, 0, hsi_cu_stream()>>>(
+        y, b, hsi_fastdiv_make((uint32_t)OS), hsi_fastdiv_make((uint32_t)K), (uint32_t)total);
     HSI_CU_LAUNCHED("conv forward (cuDNN): bias");
     return HSI_OK;
 }

@@ -495,11 +495,14 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
         L->dnn_fwd = dnn;
         L->dnn_bwd = dnn && (mode == HSI_GPU_CONV_CUDNN || auto_dnn_backward(L));
     }
+    const char *algo = getenv("HSI_CUDNN_ALGO"); /* conv_cudnn.cu's pick_algo */
     if (!any_dnn)
         snprintf(d->conv_name, sizeof d->conv_name, "gemm");
     else
-        snprintf(d->conv_name, sizeof d->conv_name, "cudnn %d.%d.%d%s", version / 10000,
-                 version / 100 % 100, version % 100, any_gemm ? ", gemm for 3-D backward" : "");
+        snprintf(d->conv_name, sizeof d->conv_name, "cudnn %d.%d.%d%s%s", version / 10000,
+                 version / 100 % 100, version % 100,
+                 algo && !strcmp(algo, "fastest") ? " fastest algorithms" : "",
+                 any_gemm ? ", gemm for 3-D backward" : "");
 cleanup:
     return st;
 }

@@ -56,7 +56,10 @@ typedef enum hsi_gpu_conv {
  * in those cases (no error). */
 hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode);
 /* What runs them: "gemm", "cudnn 9.14.0" (the loaded cuDNN's version), or
- * with AUTO and 3-D convolutions "cudnn 9.14.0, gemm for 3-D backward". */
+ * with AUTO and 3-D convolutions "cudnn 9.14.0, gemm for 3-D backward";
+ * "cudnn 9.14.0 fastest algorithms" when HSI_CUDNN_ALGO=fastest lets cuDNN
+ * take its fastest algorithms, deterministic or not (default:
+ * deterministic ones only). */
 const char *hsi_dmodel_conv_name(const hsi_dmodel *d);
 
 /* The --conv option of hsi's commands and of the trainer: "auto" (NULL

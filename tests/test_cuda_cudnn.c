@@ -332,6 +332,14 @@ static void test_commands(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "HSI_CUDNN=/nonexistent/libcudnn.so.9 " HSI_BIN
                                                   BENCH " --conv auto"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"conv\": \"gemm\""));
+    /* HSI_CUDNN_ALGO: fastest says so in the name; anything else is refused, naming it */
+    rc = hsi_test_run(out, sizeof out, "HSI_CUDNN_ALGO=fastest " HSI_BIN BENCH " --conv cudnn");
+    if (dnn) {
+        CU_ASSERT_EQUAL(rc, 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(out, " fastest algorithms\""));
+    }
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "HSI_CUDNN_ALGO=quick " HSI_BIN BENCH " --conv cudnn"), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "HSI_CUDNN_ALGO=quick: expected deterministic"));
     /* --ops: the step's pieces per op and layer, on the device */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model cnn2d --batch 4 --steps 2 "
                                                   "--warmup 0 --device cuda --conv gemm --ops"), 0);
