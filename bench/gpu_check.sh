@@ -33,8 +33,9 @@
 #   profile    30 s  `hsi bench model --device cuda --ops` for cnn2d at batch
 #                    1024 and 128 and HybridSN at 128: a training step's time
 #                    per op and layer (each piece waited for), in profile.txt;
-#                    then cnn2d b1024 and HybridSN b128 with every convolution
-#                    by cuDNN's fastest algorithms (HSI_CUDNN_ALGO=fastest)
+#                    then cnn2d b1024 with --conv cudnn (batch norm by cuDNN),
+#                    and cnn2d b1024 and HybridSN b128 with cuDNN's fastest
+#                    algorithms (HSI_CUDNN_ALGO=fastest)
 #   torch      55 s  bench/torch_gpu.py: the same models in PyTorch on the same
 #                    card, FP32 (no TF32) and TF32, in the environment this
 #                    script was started with (none of hsi's library paths)
@@ -640,10 +641,12 @@ rc_prof=skipped
 if needs_device profile; then
     t=$(now)
     : > "$O/profile.txt"
-    # then every convolution by cuDNN, its fastest algorithms deterministic or
-    # not (PyTorch's cudnn.benchmark choice): what that would gain
+    # then --conv cudnn (cnn2d: the same convolutions as auto, batch norm by
+    # cuDNN instead of hsi's kernels), and with cuDNN's fastest algorithms,
+    # deterministic or not (PyTorch's cudnn.benchmark choice)
     for mb in "cnn2d 1024 auto deterministic" "hybridsn 128 auto deterministic" \
-              "cnn2d 128 auto deterministic" "cnn2d 1024 cudnn fastest" "hybridsn 128 cudnn fastest"; do
+              "cnn2d 128 auto deterministic" "cnn2d 1024 cudnn deterministic" \
+              "cnn2d 1024 cudnn fastest" "hybridsn 128 cudnn fastest"; do
         read -r model batch conv algo <<< "$mb"
         l=$(( BUDGET[profile] - ($(now) - t) - 1 ))
         [ $l -lt 2 ] && { echo "   (out of time before $model batch $batch)" | tee -a "$O/profile.txt"; break; }

@@ -47,12 +47,22 @@ typedef struct hsi_cuda_model_ops {
                                          int64_t ignore_index);
     hsi_status (*adam_step)(float *p, const float *g, float *m, float *v, int64_t n,
                             const hsi_optim_config *cfg, int64_t step);
-    /* convolutions by cuDNN (models/conv_cudnn.cu) */
+    /* convolutions by cuDNN (models/cudnn.cu) */
     hsi_status (*conv_cudnn_available)(int *version);
     hsi_status (*conv_forward_cudnn)(float *y, const float *x, const float *w, const float *b,
                                      const hsi_conv_dims *d);
     hsi_status (*conv_backward_cudnn)(float *dx, float *dw, float *db, const float *dy,
                                       const float *x, const float *w, const hsi_conv_dims *d);
+    /* batch norm by cuDNN (models/cudnn.cu) */
+    hsi_status (*bn_cudnn_available)(void);
+    hsi_status (*bn_forward_cudnn)(float *y, float *save_mean, float *save_invstd,
+                                   float *running_mean, float *running_var, const float *x,
+                                   const float *gamma, const float *beta, int n, int c, int64_t s,
+                                   float eps, float momentum, int training);
+    hsi_status (*bn_backward_cudnn)(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                    const float *x, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, int n, int c, int64_t s, float eps,
+                                    int training);
 } hsi_cuda_model_ops;
 
 /* Plugin side: the filled part (hidden inside libhsi_cuda.so). */

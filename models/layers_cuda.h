@@ -42,7 +42,7 @@ hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, const float *
 
 /* ------------------------------------------------- convolution by cuDNN */
 
-/* The same convolutions through cuDNN's legacy API (models/conv_cudnn.cu).
+/* The same convolutions through cuDNN's legacy API (models/cudnn.cu).
  * cuDNN is loaded at run time, never linked: the library named by the
  * environment variable HSI_CUDNN (a path to libcudnn.so.9), else
  * "libcudnn.so.9" on the plugin's search path (its RUNPATH is the CUDA
@@ -97,7 +97,8 @@ hsi_status hsi_gap_backward_cuda(float *dx, const float *dy, int n, int c, int64
 
 /* Same arguments and rules as hsi_bn_forward_f32 / hsi_bn_backward_f32
  * (x (N, C, S); per-channel arrays (C); all device pointers). Channel sums
- * are taken in double, one block per channel. */
+ * are taken in double over many blocks per channel, added in a fixed order
+ * (the same bits on every run). */
 hsi_status hsi_bn_forward_cuda(float *y, float *save_mean, float *save_invstd,
                                float *running_mean, float *running_var, const float *x,
                                const float *gamma, const float *beta, int n, int c, int64_t s,
@@ -106,6 +107,24 @@ hsi_status hsi_bn_backward_cuda(float *dx, float *dgamma, float *dbeta, const fl
                                 const float *x, const float *gamma, const float *save_mean,
                                 const float *save_invstd, int n, int c, int64_t s,
                                 int training);
+
+/* The same through cuDNN's batch norm (models/cudnn.cu; CUDNN_BATCHNORM_
+ * SPATIAL, loaded with the convolutions): hsi_bn_cudnn_available is HSI_OK
+ * when cuDNN loads and has its three batch-norm functions (else the errors
+ * of hsi_conv_cudnn_available, or HSI_ERR_NOT_FOUND naming the function
+ * missing). Where cuDNN cannot take a call (no gamma/beta, eps below
+ * CUDNN_BN_MIN_EPSILON, 2^31 elements or more, no dx, an eval-mode
+ * backward) the kernels above run it. eps: the forward's (cuDNN checks the
+ * saved statistics against it). */
+hsi_status hsi_bn_cudnn_available(void);
+hsi_status hsi_bn_forward_cudnn(float *y, float *save_mean, float *save_invstd,
+                                float *running_mean, float *running_var, const float *x,
+                                const float *gamma, const float *beta, int n, int c, int64_t s,
+                                float eps, float momentum, int training);
+hsi_status hsi_bn_backward_cudnn(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                 const float *x, const float *gamma, const float *save_mean,
+                                 const float *save_invstd, int n, int c, int64_t s, float eps,
+                                 int training);
 
 /* ------------------------------------------------------ elementwise, linear */
 

@@ -47,6 +47,29 @@ hsi_status hsi_conv_backward_cudnn(float *dx, float *dw, float *db, const float 
     PLUGIN(t, "conv backward (cuDNN)");
     return t->conv_backward_cudnn(dx, dw, db, dy, x, w, d);
 }
+hsi_status hsi_bn_cudnn_available(void)
+{
+    PLUGIN(t, "batch norm (cuDNN)");
+    return t->bn_cudnn_available();
+}
+hsi_status hsi_bn_forward_cudnn(float *y, float *save_mean, float *save_invstd,
+                                float *running_mean, float *running_var, const float *x,
+                                const float *gamma, const float *beta, int n, int c, int64_t s,
+                                float eps, float momentum, int training)
+{
+    PLUGIN(t, "batch norm forward (cuDNN)");
+    return t->bn_forward_cudnn(y, save_mean, save_invstd, running_mean, running_var, x, gamma,
+                               beta, n, c, s, eps, momentum, training);
+}
+hsi_status hsi_bn_backward_cudnn(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                 const float *x, const float *gamma, const float *save_mean,
+                                 const float *save_invstd, int n, int c, int64_t s, float eps,
+                                 int training)
+{
+    PLUGIN(t, "batch norm backward (cuDNN)");
+    return t->bn_backward_cudnn(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, n, c, s,
+                                eps, training);
+}
 hsi_status hsi_pool_forward_cuda(float *y, int32_t *argmax, const float *x, const hsi_pool_dims *d)
 {
     PLUGIN(t, "pool forward");

@@ -42,6 +42,7 @@ struct dm_layer {
     const dm_kind *ops;
     int index;            /* in the model: dropout's mask stream */
     int dnn_fwd, dnn_bwd; /* conv: forward / backward by cuDNN (else im2col + cuBLAS) */
+    int dnn_bn;           /* batch norm by cuDNN (else hsi's kernels) */
     int64_t nw, nb;
     float *w, *b, *dw, *db, *mw, *vw, *mb, *vb;
     float *rm, *rv, *save_mean, *save_invstd, *mask;
@@ -198,9 +199,9 @@ static hsi_status bn_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, i
 {
     (void)d;
     const hsi_module *m = L->g.mod;
-    hsi_status st = hsi_bn_forward_cuda(y, L->save_mean, L->save_invstd, L->rm, L->rv, x, L->w, L->b,
-                                        (int)n, L->g.c, L->g.s, (float)m->eps, (float)m->momentum,
-                                        training);
+    hsi_status st = (L->dnn_bn ? hsi_bn_forward_cudnn : hsi_bn_forward_cuda)(
+        y, L->save_mean, L->save_invstd, L->rm, L->rv, x, L->w, L->b, (int)n, L->g.c, L->g.s,
+        (float)m->eps, (float)m->momentum, training);
     if (st == HSI_OK && training) L->num_batches++;
     return st;
 }
@@ -210,6 +211,9 @@ static hsi_status bn_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy,
 {
     (void)d;
     (void)y;
+    if (L->dnn_bn)
+        return hsi_bn_backward_cudnn(dx, L->dw, L->db, dy, x, L->w, L->save_mean, L->save_invstd,
+                                     (int)n, L->g.c, L->g.s, (float)L->g.mod->eps, 1);
     return hsi_bn_backward_cuda(dx, L->dw, L->db, dy, x, L->w, L->save_mean, L->save_invstd, (int)n,
                                 L->g.c, L->g.s, 1);
 }
@@ -457,7 +461,7 @@ static int auto_dnn_backward(const dm_layer *L) { return L->g.sp_nd == 2; }
 hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
 {
     hsi_status st = HSI_OK;
-    int version = 0, dnn = 0, any_gemm = 0, any_dnn = 0;
+    int version = 0, dnn = 0, any_gemm = 0, any_dnn = 0, dnn_bn = 0, any_bn = 0;
     if (mode != HSI_GPU_CONV_AUTO && mode != HSI_GPU_CONV_GEMM && mode != HSI_GPU_CONV_CUDNN)
         return HSI_FAIL(HSI_ERR_ARG, "device model: unknown convolution mode %d", (int)mode);
     if (mode != HSI_GPU_CONV_GEMM) {
@@ -476,6 +480,12 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
         if (st != HSI_OK) hsi_clear_error(); /* AUTO: the gemm ones */
         dnn = st == HSI_OK;
         st = HSI_OK;
+        /* CUDNN: batch norm by cuDNN too where it has it (AUTO keeps
+         * hsi's kernels: not yet measured against cuDNN's) */
+        if (mode == HSI_GPU_CONV_CUDNN) {
+            dnn_bn = hsi_bn_cudnn_available() == HSI_OK;
+            if (!dnn_bn) hsi_clear_error();
+        }
     }
     for (int i = 0; i < d->nl; i++) {
         const dm_layer *L = &d->l[i];
@@ -491,18 +501,22 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
     }
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
+        if (L->g.mod->kind == HSI_MOD_BATCHNORM) {
+            L->dnn_bn = dnn_bn;
+            any_bn |= dnn_bn;
+        }
         if (L->g.mod->kind != HSI_MOD_CONV) continue;
         L->dnn_fwd = dnn;
         L->dnn_bwd = dnn && (mode == HSI_GPU_CONV_CUDNN || auto_dnn_backward(L));
     }
-    const char *algo = getenv("HSI_CUDNN_ALGO"); /* conv_cudnn.cu's pick_algo */
+    const char *algo = getenv("HSI_CUDNN_ALGO"); /* cudnn.cu's pick_algo */
     if (!any_dnn)
         snprintf(d->conv_name, sizeof d->conv_name, "gemm");
     else
-        snprintf(d->conv_name, sizeof d->conv_name, "cudnn %d.%d.%d%s%s", version / 10000,
+        snprintf(d->conv_name, sizeof d->conv_name, "cudnn %d.%d.%d%s%s%s", version / 10000,
                  version / 100 % 100, version % 100,
                  algo && !strcmp(algo, "fastest") ? " fastest algorithms" : "",
-                 any_gemm ? ", gemm for 3-D backward" : "");
+                 any_gemm ? ", gemm for 3-D backward" : "", any_bn ? ", batch norm too" : "");
 cleanup:
     return st;
 }
@@ -571,6 +585,7 @@ static hsi_status prof_end(hsi_status st, const char *op, const char *layer, dou
 
 static const char *op_name(const dm_layer *L, int bwd)
 {
+    if (L->g.mod->kind == HSI_MOD_BATCHNORM) return L->dnn_bn ? "batch_norm (cudnn)" : "batch_norm";
     if (L->g.mod->kind != HSI_MOD_CONV) return L->ops->name;
     return (bwd ? L->dnn_bwd : L->dnn_fwd) ? "conv (cudnn)" : "conv (gemm)";
 }

@@ -48,7 +48,8 @@ typedef enum hsi_gpu_conv {
                                3-D weight gradients measured slower); else GEMM */
     HSI_GPU_CONV_GEMM = 1,  /* im2col + cuBLAS sgemm (hsi_conv_*_cuda) */
     HSI_GPU_CONV_CUDNN = 2  /* every convolution by cuDNN (hsi_conv_*_cudnn), or an error
-                               saying why it cannot run */
+                               saying why it cannot run; batch norm by cuDNN too
+                               (hsi_bn_*_cudnn) where it has it, else hsi's kernels */
 } hsi_gpu_conv;
 /* Chooses the convolutions of the next steps. CUDNN: the errors of
  * hsi_conv_cudnn_available, or HSI_ERR_UNSUPPORTED when a convolution at
@@ -59,7 +60,7 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode);
  * with AUTO and 3-D convolutions "cudnn 9.14.0, gemm for 3-D backward";
  * "cudnn 9.14.0 fastest algorithms" when HSI_CUDNN_ALGO=fastest lets cuDNN
  * take its fastest algorithms, deterministic or not (default:
- * deterministic ones only). */
+ * deterministic ones only); ", batch norm too" when cuDNN runs it. */
 const char *hsi_dmodel_conv_name(const hsi_dmodel *d);
 
 /* The --conv option of hsi's commands and of the trainer: "auto" (NULL

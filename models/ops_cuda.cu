@@ -396,6 +396,9 @@ static hsi_cuda_model_ops make_ops(void)
     t.conv_cudnn_available = hsi_conv_cudnn_available;
     t.conv_forward_cudnn = hsi_conv_forward_cudnn;
     t.conv_backward_cudnn = hsi_conv_backward_cudnn;
+    t.bn_cudnn_available = hsi_bn_cudnn_available;
+    t.bn_forward_cudnn = hsi_bn_forward_cudnn;
+    t.bn_backward_cudnn = hsi_bn_backward_cudnn;
     return t;
 }
 

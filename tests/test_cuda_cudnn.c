@@ -1,5 +1,6 @@
-/* test_cuda_cudnn.c — the cuDNN convolutions (models/conv_cudnn.cu) against
- * the im2col + cuBLAS ones on the same device, the device model with either,
+/* test_cuda_cudnn.c — the cuDNN convolutions and batch norm
+ * (models/cudnn.cu) against the im2col + cuBLAS ones and hsi's batch-norm
+ * kernels on the same device, the device model with either,
  * and the --conv option of the commands. Suites "cuda_cudnn" and
  * "cuda_conv_commands" need a device (the first's cases pass with a note
  * when cuDNN cannot be loaded there; the second checks what hsi then says);
@@ -290,6 +291,67 @@ static void test_dmodel_hybridsn(void)
     dmodel_pair("hybridsn", 30, 11, 16, 8);
 }
 
+/* ------------------------------------------ cuDNN batch norm vs hsi's */
+
+/* Random x (mean far from 0), gamma, beta, running statistics and dy,
+ * NON-ZERO initial dx, dgamma, dbeta; training forward (saved and running
+ * statistics), training backward and an eval forward by hsi's kernels and
+ * by cuDNN: equal to 1e-4 of each output's largest magnitude. */
+static void bn_pair(int n, int c, int64_t s, const char *what)
+{
+    const int64_t nx = (int64_t)n * c * s;
+    float *x = rand_host(nx, 2, 6), *dy = rand_host(nx, -1, 1), *dx0 = rand_host(nx, -1, 1);
+    float *g = rand_host(c, 0.5f, 1.5f), *b = rand_host(c, -0.5f, 0.5f), *rm0 = rand_host(c, 0, 1);
+    float *rv0 = rand_host(c, 0.5f, 2), *dg0 = rand_host(c, -1, 1), *db0 = rand_host(c, -1, 1);
+    float *gx = dev_copy(x, nx), *gdy = dev_copy(dy, nx), *gg = dev_copy(g, c), *gb = dev_copy(b, c);
+    float *y[2], *dx[2], *rm[2], *rv[2], *sm[2], *si[2], *dg[2], *db[2], *ye[2];
+    for (int k = 0; k < 2; k++) {
+        y[k] = dev_copy(dy, nx), ye[k] = dev_copy(dy, nx), dx[k] = dev_copy(dx0, nx);
+        rm[k] = dev_copy(rm0, c), rv[k] = dev_copy(rv0, c), sm[k] = dev_copy(rm0, c);
+        si[k] = dev_copy(rv0, c), dg[k] = dev_copy(dg0, c), db[k] = dev_copy(db0, c);
+    }
+    HSI_CHECK_OK(hsi_bn_forward_cuda(y[0], sm[0], si[0], rm[0], rv[0], gx, gg, gb, n, c, s, 1e-5f, 0.1f, 1));
+    HSI_CHECK_OK(hsi_bn_forward_cudnn(y[1], sm[1], si[1], rm[1], rv[1], gx, gg, gb, n, c, s, 1e-5f, 0.1f, 1));
+    HSI_CHECK_OK(hsi_bn_backward_cuda(dx[0], dg[0], db[0], gdy, gx, gg, sm[0], si[0], n, c, s, 1));
+    HSI_CHECK_OK(hsi_bn_backward_cudnn(dx[1], dg[1], db[1], gdy, gx, gg, sm[1], si[1], n, c, s, 1e-5f, 1));
+    HSI_CHECK_OK(hsi_bn_forward_cuda(ye[0], NULL, NULL, rm[0], rv[0], gx, gg, gb, n, c, s, 1e-5f, 0.1f, 0));
+    HSI_CHECK_OK(hsi_bn_forward_cudnn(ye[1], NULL, NULL, rm[1], rv[1], gx, gg, gb, n, c, s, 1e-5f, 0.1f, 0));
+    struct {
+        float **d;
+        int64_t n;
+        const char *name;
+    } out[] = {{y, nx, "forward"},       {sm, c, "saved mean"}, {si, c, "saved invstd"},
+               {rm, c, "running mean"},  {rv, c, "running var"}, {dx, nx, "dx"},
+               {dg, c, "dgamma"},        {db, c, "dbeta"},       {ye, nx, "eval forward"}};
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) {
+        float *h0 = host_copy(out[i].d[0], out[i].n), *h1 = host_copy(out[i].d[1], out[i].n);
+        char label[128];
+        snprintf(label, sizeof label, "%s: %s", what, out[i].name);
+        hsi_test_close_f32(h1, h0, out[i].n, 1e-4, 0, label);
+        free(h0), free(h1);
+    }
+    for (int k = 0; k < 2; k++) {
+        float *dv[] = {y[k], ye[k], dx[k], rm[k], rv[k], sm[k], si[k], dg[k], db[k]};
+        for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) hsi_cuda_free(dv[i]);
+    }
+    hsi_cuda_free(gx), hsi_cuda_free(gdy), hsi_cuda_free(gg), hsi_cuda_free(gb);
+    free(x), free(dy), free(dx0), free(g), free(b), free(rm0), free(rv0), free(dg0), free(db0);
+}
+
+static void test_bn(void)
+{
+    if (!have_cudnn("batch norm")) return;
+    if (hsi_bn_cudnn_available() != HSI_OK) {
+        fprintf(stderr, "\n  cuDNN has no batch norm here (%s): skipped\n", hsi_last_error());
+        CU_PASS("no cuDNN batch norm");
+        return;
+    }
+    rng_seed(31);
+    bn_pair(4, 3, 37, "bn (4, 3, 37)");
+    bn_pair(128, 64, 121, "bn cnn2d (128, 64, 11x11)");
+    bn_pair(16, 8, 24 * 23 * 23, "bn hybridsn (16, 8, 24x23x23)");
+}
+
 /* ------------------------------------------------------- the commands */
 
 #define BENCH " bench model cnn2d --batch 4 --steps 1 --warmup 0 --json --device cuda"
@@ -357,7 +419,8 @@ HSI_SUITE(cuda_cudnn, HSI_SUITE_NEEDS_CUDA,
           {"2-D conv: cuDNN vs im2col + cuBLAS (accumulating backward)", test_conv2d},
           {"3-D conv: cuDNN vs im2col + cuBLAS (accumulating backward)", test_conv3d},
           {"device model cnn2d: one step with gemm vs cuDNN", test_dmodel_cnn2d},
-          {"device model hybridsn: one step with gemm vs cuDNN", test_dmodel_hybridsn})
+          {"device model hybridsn: one step with gemm vs cuDNN", test_dmodel_hybridsn},
+          {"batch norm: cuDNN vs hsi's kernels (train, backward, eval)", test_bn})
 /* apart: not under compute-sanitizer with the suite above (hsi's own runs) */
 HSI_SUITE(cuda_conv_commands, HSI_SUITE_NEEDS_CUDA,
           {"bench model --conv and --ops on the device; HSI_CUDNN pointing nowhere", test_commands})

@@ -1,9 +1,10 @@
-/* conv_cudnn.cu — 2-D and 3-D float32 convolutions through cuDNN's legacy
- * API (see models/layers_cuda.h), cuDNN being loaded at run time with
- * dlopen: the plugin never links it and loads where it is absent. The same
- * semantics as the im2col + cuBLAS launchers of layers_cuda.cu, which stay
- * the reference. Not a cuDNN wrapper: only what the model's convolutions
- * need. */
+/* cudnn.cu — cuDNN as an optional backend: 2-D and 3-D float32
+ * convolutions and batch norm through cuDNN's legacy API (see
+ * models/layers_cuda.h), cuDNN being loaded at run time with dlopen: the
+ * plugin never links it and loads where it is absent. The same semantics
+ * as the launchers of layers_cuda.cu (im2col + cuBLAS, hsi's batch-norm
+ * kernels), which stay the reference. Not a cuDNN wrapper: only what the
+ * model's layers need. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -64,10 +65,18 @@
     X(cudnnConvolutionBackwardData)                                                                \
     X(cudnnConvolutionBackwardFilter)
 
+/* Batch norm's, looked for apart: without them the convolutions still run
+ * (hsi_bn_cudnn_available says which is missing). */
+#define DNN_BN_FUNCS(X)                                                                            \
+    X(cudnnBatchNormalizationForwardTraining)                                                      \
+    X(cudnnBatchNormalizationForwardInference)                                                     \
+    X(cudnnBatchNormalizationBackward)
+
 /* One pointer per function, of the type cudnn.h declares it with. */
 typedef struct dnn_api {
 #define X(f) decltype(&::f) f;
     DNN_FUNCS(X)
+    DNN_BN_FUNCS(X)
 #undef X
 } dnn_api;
 
@@ -77,6 +86,7 @@ static int g_loaded;          /* 1 when every function resolved */
 static char g_load_why[1024]; /* why not, when not */
 static int g_version;         /* cudnnGetVersion() */
 static int g_fastest;         /* HSI_CUDNN_ALGO=fastest: deterministic or not (pick_algo) */
+static char g_bn_why[256];    /* the batch-norm function missing ("" when all are there) */
 static pthread_key_t g_handle_key;
 
 /* A thread's handle is destroyed when the thread ends. */
@@ -116,6 +126,12 @@ static void dnn_load(void)
         return;                                                                                    \
     }
     DNN_FUNCS(X)
+#undef X
+#define X(f)                                                                                       \
+    g_dnn.f = reinterpret_cast<decltype(g_dnn.f)>(dlsym(h, #f));                                  \
+    if (!g_dnn.f && !g_bn_why[0])                                                                  \
+        snprintf(g_bn_why, sizeof g_bn_why, "%s has no %s (cuDNN's batch norm)", path, #f);
+    DNN_BN_FUNCS(X)
 #undef X
     size_t v = g_dnn.cudnnGetVersion();
     /* cuDNN 9 numbers its versions major * 10000 + minor * 100 + patch */
@@ -555,6 +571,123 @@ cleanup:
     return st;
 }
 
+/* ------------------------------------------------------------ batch norm */
+
+extern "C" hsi_status hsi_bn_cudnn_available(void)
+{
+    cudnnHandle_t h;
+    HSI_CU_TRY(dnn_handle(&h, "batch norm (cuDNN)"));
+    if (g_bn_why[0]) return hsi_fail(HSI_ERR_NOT_FOUND, "batch norm (cuDNN): %s", g_bn_why);
+    return HSI_OK;
+}
+
+/* x (N, C, S) as cuDNN's (N, C, S, 1) and the per-channel (1, C, 1, 1) */
+typedef struct bn_desc {
+    cudnnTensorDescriptor_t x, p;
+} bn_desc;
+
+static void bn_desc_free(bn_desc *D)
+{
+    if (D->x) g_dnn.cudnnDestroyTensorDescriptor(D->x);
+    if (D->p) g_dnn.cudnnDestroyTensorDescriptor(D->p);
+    memset(D, 0, sizeof *D);
+}
+
+/* HSI_ERR_CUDA "<op> (cuDNN, x (N, C, S)): <cuDNN's message> (<function>)" */
+static hsi_status bn_fail(const char *op, int n, int c, int64_t s, const char *fn, cudnnStatus_t e)
+{
+    return hsi_fail(HSI_ERR_CUDA, "%s (cuDNN, x (%d, %d, %lld)): %s (%s)", op, n, c, (long long)s,
+                    g_dnn.cudnnGetErrorString(e), fn);
+}
+
+#define BN_TRY(f, args)                                                                            \
+    do {                                                                                           \
+        cudnnStatus_t e_ = g_dnn.f args;                                                           \
+        if (e_ != CUDNN_STATUS_SUCCESS) {                                                          \
+            st = bn_fail(op, n, c, s, #f, e_);                                                     \
+            goto cleanup;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+/* 1 when cuDNN takes a batch norm of (n, c, s) with eps (else hsi's kernels) */
+static int bn_fits(int n, int c, int64_t s, float eps)
+{
+    return n >= 1 && c >= 1 && s >= 1 && (double)eps >= CUDNN_BN_MIN_EPSILON &&
+           (int64_t)n * c * s <= INT32_MAX;
+}
+
+static hsi_status bn_begin(cudnnHandle_t *h, bn_desc *D, int n, int c, int64_t s, const char *op)
+{
+    hsi_status st = HSI_OK;
+    int xd[4] = {n, c, (int)s, 1}, xs[4] = {c * (int)s, (int)s, 1, 1};
+    int pd[4] = {1, c, 1, 1}, ps[4] = {c, 1, 1, 1};
+    memset(D, 0, sizeof *D);
+    HSI_TRY(dnn_handle(h, op));
+    if (g_bn_why[0]) {
+        st = hsi_fail(HSI_ERR_NOT_FOUND, "%s: %s", op, g_bn_why);
+        goto cleanup;
+    }
+    BN_TRY(cudnnCreateTensorDescriptor, (&D->x));
+    BN_TRY(cudnnCreateTensorDescriptor, (&D->p));
+    BN_TRY(cudnnSetTensorNdDescriptor, (D->x, CUDNN_DATA_FLOAT, 4, xd, xs));
+    BN_TRY(cudnnSetTensorNdDescriptor, (D->p, CUDNN_DATA_FLOAT, 4, pd, ps));
+cleanup:
+    if (st != HSI_OK) bn_desc_free(D);
+    return st;
+}
+
+extern "C" hsi_status hsi_bn_forward_cudnn(float *y, float *save_mean, float *save_invstd,
+                                           float *running_mean, float *running_var, const float *x,
+                                           const float *gamma, const float *beta, int n, int c,
+                                           int64_t s, float eps, float momentum, int training)
+{
+    const char *op = "batch norm forward";
+    hsi_status st = HSI_OK;
+    cudnnHandle_t h;
+    bn_desc D;
+    const float one = 1.0f, zero = 0.0f;
+    if (!bn_fits(n, c, s, eps) || !gamma || !beta || (!training && (!running_mean || !running_var)) ||
+        (!save_mean != !save_invstd) || (!running_mean != !running_var))
+        return hsi_bn_forward_cuda(y, save_mean, save_invstd, running_mean, running_var, x, gamma,
+                                   beta, n, c, s, eps, momentum, training);
+    HSI_TRY(bn_begin(&h, &D, n, c, s, op));
+    if (training) /* running = (1 - momentum) running + momentum batch (unbiased variance) */
+        BN_TRY(cudnnBatchNormalizationForwardTraining,
+               (h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, D.x, x, D.x, y, D.p, gamma, beta,
+                (double)momentum, running_mean, running_var, (double)eps, save_mean, save_invstd));
+    else
+        BN_TRY(cudnnBatchNormalizationForwardInference,
+               (h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, D.x, x, D.x, y, D.p, gamma, beta,
+                running_mean, running_var, (double)eps));
+cleanup:
+    bn_desc_free(&D);
+    return st;
+}
+
+extern "C" hsi_status hsi_bn_backward_cudnn(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                            const float *x, const float *gamma,
+                                            const float *save_mean, const float *save_invstd,
+                                            int n, int c, int64_t s, float eps, int training)
+{
+    const char *op = "batch norm backward";
+    hsi_status st = HSI_OK;
+    cudnnHandle_t h;
+    bn_desc D;
+    const float one = 1.0f;
+    if (!bn_fits(n, c, s, eps) || !training || !dx || !gamma || !dgamma || !dbeta)
+        return hsi_bn_backward_cuda(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, n, c,
+                                    s, training);
+    HSI_TRY(bn_begin(&h, &D, n, c, s, op));
+    /* alpha 1, beta 1 for the data and the parameters: dx, dgamma and
+     * dbeta accumulate, as the other paths do */
+    BN_TRY(cudnnBatchNormalizationBackward,
+           (h, CUDNN_BATCHNORM_SPATIAL, &one, &one, &one, &one, D.x, x, D.x, dy, D.x, dx, D.p, gamma,
+            dgamma, dbeta, (double)eps, save_mean, save_invstd));
+cleanup:
+    bn_desc_free(&D);
+    return st;
+}
+
 #else /* no cudnn.h where the plugin was built */
 
 static hsi_status no_cudnn(const char *op)
@@ -581,6 +714,24 @@ extern "C" hsi_status hsi_conv_backward_cudnn(float *dx, float *dw, float *db, c
                                               const hsi_conv_dims *d)
 {
     return no_cudnn("conv backward (cuDNN)");
+}
+
+extern "C" hsi_status hsi_bn_cudnn_available(void) { return no_cudnn("batch norm (cuDNN)"); }
+
+extern "C" hsi_status hsi_bn_forward_cudnn(float *y, float *save_mean, float *save_invstd,
+                                           float *running_mean, float *running_var, const float *x,
+                                           const float *gamma, const float *beta, int n, int c,
+                                           int64_t s, float eps, float momentum, int training)
+{
+    return no_cudnn("batch norm forward (cuDNN)");
+}
+
+extern "C" hsi_status hsi_bn_backward_cudnn(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                            const float *x, const float *gamma,
+                                            const float *save_mean, const float *save_invstd,
+                                            int n, int c, int64_t s, float eps, int training)
+{
+    return no_cudnn("batch norm backward (cuDNN)");
 }
 
 #endif
