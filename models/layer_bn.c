@@ -411,6 +411,16 @@ cleanup:
     return st;
 }
 
+void HSI_FN(hsi_bn_fold)(T *wf, T *bf, const T *w, const T *b, const T *gamma, const T *beta,
+                         const T *mean, const T *var, double eps, int64_t k, int64_t per)
+{
+    for (int64_t o = 0; o < k; o++) {
+        double sc = (gamma ? (double)gamma[o] : 1.0) / sqrt((double)var[o] + eps);
+        bf[o] = (T)(((b ? (double)b[o] : 0.0) - (double)mean[o]) * sc + (beta ? (double)beta[o] : 0.0));
+        T s_ = (T)sc;
+        for (int64_t i = 0; i < per; i++) wf[o * per + i] = w[o * per + i] * s_;
+    }
+}
 
 #undef BN_L
 #undef VT

@@ -148,6 +148,15 @@ void hsi_bn_relu_backward_f64(double *dx, double *dgamma, double *dbeta, const d
                               const double *x, const double *y, const double *gamma,
                               const double *save_mean, const double *save_invstd, int n, int c,
                               int64_t s, int training, int accumulate);
+/* Convolution then eval-mode batch norm as one convolution (inference on
+ * either device): s = gamma / sqrt(var + eps) in double; wf (K, per) = w s,
+ * bf (K) = (b - mean) s + beta. b, gamma, beta may be NULL (0, 1, 0). */
+void hsi_bn_fold_f32(float *wf, float *bf, const float *w, const float *b, const float *gamma,
+                     const float *beta, const float *mean, const float *var, double eps, int64_t k,
+                     int64_t per);
+void hsi_bn_fold_f64(double *wf, double *bf, const double *w, const double *b,
+                     const double *gamma, const double *beta, const double *mean,
+                     const double *var, double eps, int64_t k, int64_t per);
 /* ..._f64 versions with the same arguments in double */
 void hsi_bn_forward_f64(double *y, double *save_mean, double *save_invstd, double *running_mean,
                         double *running_var, const double *x, const double *gamma,

@@ -43,6 +43,9 @@ struct dm_layer {
     int index;            /* in the model: dropout's mask stream */
     int dnn_fwd, dnn_bwd; /* conv: forward / backward by cuDNN (else im2col + cuBLAS) */
     int dnn_bn;           /* batch norm by cuDNN (else hsi's kernels) */
+    int fold;             /* conv heading conv -> batch norm -> ReLU: at inference one
+                             convolution with wf, bf (the batch norm folded in), then ReLU */
+    float *wf, *bf;
     int64_t nw, nb;
     float *w, *b, *dw, *db, *mw, *vw, *mb, *vb;
     float *rm, *rv, *save_mean, *save_invstd, *mask;
@@ -72,6 +75,7 @@ struct hsi_dmodel {
      * zero): one memset zeroes the gradients, one launch steps AdamW */
     float *arena;
     int64_t arena_n, arena_used;
+    int folds_valid;              /* the wf, bf of the fold layers match the parameters */
 };
 
 static const char *mname(const hsi_module *m) { return m->name[0] ? m->name : "(root)"; }
@@ -160,14 +164,21 @@ static hsi_status conv_plan(hsi_dmodel *d, dm_layer *L)
     return plan_params(d, L);
 }
 
-static hsi_status conv_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n, int training)
+/* y = conv(x; w, b) by cuDNN or im2col + cuBLAS, as set for L */
+static hsi_status conv_run(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n,
+                           const float *w, const float *b)
 {
-    (void)training;
     hsi_conv_dims cd;
     hsi_status st = hsi_layer_conv_dims(&cd, &L->g, (int)n);
     if (st != HSI_OK) return st;
-    if (L->dnn_fwd) return hsi_conv_forward_cudnn(y, x, L->w, L->b, &cd);
-    return hsi_conv_forward_cuda(y, x, L->w, L->b, &cd, d->ws);
+    if (L->dnn_fwd) return hsi_conv_forward_cudnn(y, x, w, b, &cd);
+    return hsi_conv_forward_cuda(y, x, w, b, &cd, d->ws);
+}
+
+static hsi_status conv_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n, int training)
+{
+    (void)training;
+    return conv_run(d, L, y, x, n, L->w, L->b);
 }
 
 static hsi_status conv_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
@@ -405,6 +416,17 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
             HSI_TRY(dzeros(&d->own_dact[i + 1], max_batch * L->g.out_per));
         }
     }
+    /* inference folds conv -> batch norm -> ReLU into one convolution, as
+     * the CPU engine does (hsi_conv_bn_relu_eval) */
+    for (int i = 0; i + 2 < d->nl; i++) {
+        dm_layer *L = &d->l[i];
+        if (L->g.mod->kind != HSI_MOD_CONV || d->l[i + 1].g.mod->kind != HSI_MOD_BATCHNORM ||
+            d->l[i + 2].g.mod->kind != HSI_MOD_RELU || d->l[i + 1].g.c != L->g.k)
+            continue;
+        L->fold = 1;
+        HSI_TRY(hsi_cuda_malloc((void **)&L->wf, sizeof(float) * (size_t)L->nw));
+        HSI_TRY(hsi_cuda_malloc((void **)&L->bf, sizeof(float) * (size_t)L->g.k));
+    }
     const hsi_layer *last = &d->l[d->nl - 1].g;
     if (last->out_nd != 1 || last->out_shape[0] < 1) {
         st = HSI_FAIL(HSI_ERR_ARG, "device model: the output must be (classes) per sample, found %d "
@@ -430,7 +452,7 @@ void hsi_dmodel_free(hsi_dmodel *d)
     if (!d) return;
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
-        float *p[] = {L->rm, L->rv, L->save_mean, L->save_invstd, L->mask}; /* the rest is in the arena */
+        float *p[] = {L->rm, L->rv, L->save_mean, L->save_invstd, L->mask, L->wf, L->bf}; /* the rest is in the arena */
         for (size_t k = 0; k < sizeof p / sizeof p[0]; k++) hsi_cuda_free(p[k]);
         hsi_cuda_free(L->argmax);
     }
@@ -590,12 +612,58 @@ static const char *op_name(const dm_layer *L, int bwd)
     return (bwd ? L->dnn_bwd : L->dnn_fwd) ? "conv (cudnn)" : "conv (gemm)";
 }
 
+/* The folded filters and biases of every fold layer from the parameters
+ * and running statistics now on the device (hsi_bn_fold on the host, the
+ * CPU's own fold: the same bits as its inference). Waits for the stream. */
+static hsi_status fold_all(hsi_dmodel *d)
+{
+    hsi_status st = HSI_OK;
+    float *h = NULL;
+    int64_t most = 0;
+    for (int i = 0; i < d->nl; i++)
+        if (d->l[i].fold && d->l[i].nw + 6 * d->l[i].g.k > most) most = d->l[i].nw + 6 * d->l[i].g.k;
+    if (!most) return HSI_OK;
+    if (!(h = malloc(sizeof(float) * 2 * (size_t)most)))
+        return HSI_FAIL(HSI_ERR_NOMEM, "device model: out of memory folding the batch norms");
+    for (int i = 0; i < d->nl; i++) {
+        dm_layer *L = &d->l[i], *B = &d->l[i + 1];
+        if (!L->fold) continue;
+        int64_t k = L->g.k, nw = L->nw;
+        float *w = h, *g = w + nw, *be = g + k, *m = be + k, *v = m + k, *b = v + k, *wf = b + k,
+              *bf = wf + nw;
+        HSI_TRY(hsi_cuda_download(w, L->w, sizeof(float) * (size_t)nw));
+        if (L->nb) HSI_TRY(hsi_cuda_download(b, L->b, sizeof(float) * (size_t)k));
+        HSI_TRY(hsi_cuda_download(g, B->w, sizeof(float) * (size_t)k));
+        HSI_TRY(hsi_cuda_download(be, B->b, sizeof(float) * (size_t)k));
+        HSI_TRY(hsi_cuda_download(m, B->rm, sizeof(float) * (size_t)k));
+        HSI_TRY(hsi_cuda_download(v, B->rv, sizeof(float) * (size_t)k));
+        hsi_bn_fold_f32(wf, bf, w, L->nb ? b : NULL, g, be, m, v, B->g.mod->eps, k, nw / k);
+        HSI_TRY(hsi_cuda_upload(L->wf, wf, sizeof(float) * (size_t)nw));
+        HSI_TRY(hsi_cuda_upload(L->bf, bf, sizeof(float) * (size_t)k));
+        HSI_TRY(hsi_cuda_sync()); /* h is reused for the next layer */
+    }
+    d->folds_valid = 1;
+cleanup:
+    free(h);
+    return st;
+}
+
 static hsi_status forward(hsi_dmodel *d, int64_t n, int training)
 {
     hsi_status st = HSI_OK;
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
         double t0;
+        if (!training && L->fold) { /* conv, batch norm and ReLU: one convolution, then ReLU in place */
+            float *y = d->act[i + 3];
+            if ((st = prof_begin(&t0)) == HSI_OK) st = conv_run(d, L, y, d->act[i], n, L->wf, L->bf);
+            if (st == HSI_OK) st = hsi_relu_forward_cuda(y, y, n * L->g.out_per);
+            if ((st = prof_end(st, "conv+bn+relu (folded)", L->g.mod->name, t0, 0)) != HSI_OK)
+                return hsi_fail_context(st, "device model, layers %s to %s (folded)", mname(L->g.mod),
+                                        mname(d->l[i + 2].g.mod));
+            i += 2;
+            continue;
+        }
         if (!L->ops->forward) continue;
         if ((st = prof_begin(&t0)) == HSI_OK)
             st = prof_end(L->ops->forward(d, L, d->act[i + 1], d->act[i], n, training), op_name(L, 0),
@@ -620,6 +688,7 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
             HSI_TRY(hsi_cuda_memset(d->own_dact[i], 0, sizeof(float) * (size_t)(n * d->l[i - 1].g.out_per)));
     if (d->arena_n) HSI_TRY(hsi_cuda_memset(d->arena + d->arena_n, 0, sizeof(float) * (size_t)d->arena_n));
     HSI_TRY(prof_end(HSI_OK, "zero_grad", NULL, t0, 1));
+    d->folds_valid = 0; /* the running statistics move */
     HSI_TRY(forward(d, n, 1));
     d->calls++;
     d->last_n = n;
@@ -649,6 +718,7 @@ hsi_status hsi_dmodel_optim_step(hsi_dmodel *d)
 {
     hsi_status st = HSI_OK;
     d->step++;
+    d->folds_valid = 0;
     /* the whole arena at once: the same operations per element as one
      * launch per tensor (the zero gaps stay zero) */
     double t0;
@@ -682,7 +752,8 @@ hsi_status hsi_dmodel_predict(hsi_dmodel *d, const float **logits, const float *
         return HSI_FAIL(HSI_ERR_ARG, "device model: batch of %lld samples (1..%lld)", (long long)n,
                         (long long)d->max_batch);
     bind(d, x);
-    hsi_status st = forward(d, n, 0);
+    hsi_status st = d->folds_valid ? HSI_OK : fold_all(d);
+    if (st == HSI_OK) st = forward(d, n, 0);
     *logits = st == HSI_OK ? d->act[d->nl] : NULL;
     return st;
 }

@@ -86,7 +86,10 @@ hsi_status hsi_dmodel_train_step(hsi_dmodel *d, const float *x, const int32_t *y
 /* The last step's loss (waits for the stream: call it only when logging). */
 hsi_status hsi_dmodel_loss(hsi_dmodel *d, double *loss);
 /* Eval-mode forward (running statistics, no dropout) of n samples; *logits:
- * (n, classes) device array owned by d, valid until the next call. */
+ * (n, classes) device array owned by d, valid until the next call. Each
+ * conv -> batch norm -> ReLU runs as one convolution with the batch norm
+ * folded into its filters and bias (hsi_bn_fold_f32 on the host, redone
+ * after a training step: the CPU engine's inference fold), then ReLU. */
 hsi_status hsi_dmodel_predict(hsi_dmodel *d, const float **logits, const float *x, int64_t n);
 /* Copies parameters and buffers (running statistics, num_batches_tracked)
  * back into m's host tensors (m must be the module d was made from, or one

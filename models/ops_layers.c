@@ -55,35 +55,21 @@ typedef struct bn_fold {
 
 static hsi_status check_c(const char *arg, hsi_tensor *t, int64_t c, hsi_dtype dt);
 
-/* wf (K, C*taps) and bf (K) = the filters and bias of conv then batch norm:
- * s = gamma / sqrt(var + eps); wf = w s; bf = (b - mean) s + beta (s and bf in
- * double) */
-#define FOLD_BN(T)                                                                             \
-    do {                                                                                       \
-        const T *w_ = hsi_tensor_ptr(w), *b_ = b ? hsi_tensor_ptr(b) : NULL;                   \
-        const T *g_ = f->gamma ? hsi_tensor_ptr(f->gamma) : NULL;                              \
-        const T *be_ = f->beta ? hsi_tensor_ptr(f->beta) : NULL;                               \
-        const T *m_ = hsi_tensor_ptr(f->mean), *v_ = hsi_tensor_ptr(f->var);                   \
-        T *wo_ = wf, *bo_ = bf;                                                                \
-        for (int64_t k = 0; k < K; k++) {                                                      \
-            double sc = (g_ ? (double)g_[k] : 1.0) / sqrt((double)v_[k] + f->eps);             \
-            bo_[k] = (T)(((b_ ? (double)b_[k] : 0.0) - (double)m_[k]) * sc +                   \
-                         (be_ ? (double)be_[k] : 0.0));                                        \
-            T s_ = (T)sc;                                                                      \
-            for (int64_t i = 0; i < per; i++) wo_[k * per + i] = w_[k * per + i] * s_;         \
-        }                                                                                      \
-    } while (0)
-
+/* wf (K, C*taps) and bf (K) = the filters and bias of conv then batch norm
+ * (hsi_bn_fold: the device model folds with the same function) */
 static void fold_bn(void *wf, void *bf, const hsi_tensor *w, const hsi_tensor *b,
                     const bn_fold *f, int f32)
 {
     int64_t K = w->data.shape[0], per = hsi_tensor_count(w) / K;
+#define P(t) ((t) ? hsi_tensor_ptr(t) : NULL)
     if (f32)
-        FOLD_BN(float);
+        hsi_bn_fold_f32(wf, bf, P(w), P(b), P(f->gamma), P(f->beta), P(f->mean), P(f->var), f->eps,
+                        K, per);
     else
-        FOLD_BN(double);
+        hsi_bn_fold_f64(wf, bf, P(w), P(b), P(f->gamma), P(f->beta), P(f->mean), P(f->var), f->eps,
+                        K, per);
+#undef P
 }
-#undef FOLD_BN
 
 static hsi_status conv_any(hsi_tensor **out, hsi_graph *g, hsi_tensor *x, hsi_tensor *w,
                            hsi_tensor *b, int nd, const int *stride, const int *pad,
