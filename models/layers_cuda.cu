@@ -7,6 +7,7 @@
 
 #include "kernels/cuda_internal.h"
 #include "kernels/fastdiv.h"
+#include "models/im2col_index.h"
 #include "models/cuda_ops.h"
 #include "models/layers_cuda.h"
 
@@ -120,6 +121,55 @@ __global__ void col2im_kernel(float *dx, const float *dcol, conv_geom g, int64_t
         }
         dx[i] += acc;
     }
+}
+
+/* The same two in 32 bits with fastdivs (models/im2col_index.h), for
+ * chunks of fewer than 2^31 elements: the 64-bit divisions above cost more
+ * than the elements' memory traffic. */
+__global__ void im2col_fd_kernel(float *col, const float *x, const __grid_constant__ hsi_im2col_geom g,
+                                 uint32_t total)
+{
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int64_t src = hsi_im2col_src(&g, i);
+        col[i] = src < 0 ? 0.0f : x[src];
+    }
+}
+
+__global__ void col2im_fd_kernel(float *dx, const float *dcol, const __grid_constant__ hsi_im2col_geom g,
+                                 uint32_t total)
+{
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x)
+        dx[i] += hsi_col2im_sum(&g, dcol, i);
+}
+
+/* col (nc, CK, OS) from the nc samples at x */
+static hsi_status im2col(float *col, const float *x, const conv_geom *g, const hsi_conv_dims *d,
+                         int64_t nc, const char *what)
+{
+    hsi_im2col_geom fg;
+    int64_t tot = nc * g->CK * g->OS;
+    if (hsi_im2col_geom_make(&fg, d, nc))
+        im2col_fd_kernel<<<hsi_cu_blocks(tot, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
+            col, x, fg, (uint32_t)tot);
+    else
+        im2col_kernel<<<hsi_cu_blocks(tot, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(col, x, *g, nc);
+    HSI_CU_LAUNCHED(what);
+    return HSI_OK;
+}
+
+/* dx (nc, C, IS) += the columns dcol (nc, CK, OS) gathered */
+static hsi_status col2im(float *dx, const float *dcol, const conv_geom *g, const hsi_conv_dims *d,
+                         int64_t nc, const char *what)
+{
+    hsi_im2col_geom fg;
+    int64_t tot = nc * g->C * g->IS;
+    if (hsi_im2col_geom_make(&fg, d, nc))
+        col2im_fd_kernel<<<hsi_cu_blocks(tot, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
+            dx, dcol, fg, (uint32_t)tot);
+    else
+        col2im_kernel<<<hsi_cu_blocks(tot, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(dx, dcol, *g, nc);
+    HSI_CU_LAUNCHED(what);
+    return HSI_OK;
 }
 
 /* y (nc, K, OS) = b[k] */
@@ -275,10 +325,7 @@ extern "C" hsi_status hsi_conv_forward_cuda(float *y, const float *x, const floa
     for (int64_t n0 = 0; n0 < N; n0 += chunk) {
         int64_t nc = N - n0 < chunk ? N - n0 : chunk;
         float *yc = y + n0 * g.K * g.OS;
-        int64_t tot = nc * g.CK * g.OS;
-        im2col_kernel<<<hsi_cu_blocks(tot, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
-            col, x + n0 * g.C * g.IS, g, nc);
-        HSI_CU_LAUNCHED("conv forward (CUDA): im2col");
+        HSI_CU_TRY(im2col(col, x + n0 * g.C * g.IS, &g, d, nc, "conv forward (CUDA): im2col"));
         if (b) {
             bias_fill_kernel<<<hsi_cu_blocks(nc * g.K * g.OS, LC_THREADS), LC_THREADS, 0,
                                hsi_cu_stream()>>>(yc, b, g.K, g.OS, nc);
@@ -318,10 +365,7 @@ extern "C" hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, co
         int64_t nc = N - n0 < chunk ? N - n0 : chunk;
         const float *dyc = dy + n0 * g.K * g.OS;
         if (dw) {
-            int64_t tot = nc * g.CK * g.OS;
-            im2col_kernel<<<hsi_cu_blocks(tot, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
-                col, x + n0 * g.C * g.IS, g, nc);
-            HSI_CU_LAUNCHED("conv backward (CUDA): im2col");
+            HSI_CU_TRY(im2col(col, x + n0 * g.C * g.IS, &g, d, nc, "conv backward (CUDA): im2col"));
             /* per sample: part_n (CK x K col-major, ld CK) = col_n^T (CK x OS) * dy_n (OS x K),
              * one batched call; then dw += the sum over the samples */
             float *part = col + chunk * g.CK * g.OS;
@@ -341,10 +385,7 @@ extern "C" hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, co
                                                      g.K * g.OS, w, (int)g.CK, 0, &zero, col,
                                                      (int)g.OS, g.CK * g.OS, (int)nc),
                            what);
-            int64_t tot = nc * g.C * g.IS;
-            col2im_kernel<<<hsi_cu_blocks(tot, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
-                dx + n0 * g.C * g.IS, col, g, nc);
-            HSI_CU_LAUNCHED("conv backward (CUDA): col2im");
+            HSI_CU_TRY(col2im(dx + n0 * g.C * g.IS, col, &g, d, nc, "conv backward (CUDA): col2im"));
         }
     }
     return HSI_OK;

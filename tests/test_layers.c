@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "models/conv_direct.h"
+#include "models/im2col_index.h"
 #include "models/layers.h"
 
 /* ------------------------------------------------------------ utilities */
@@ -1128,7 +1129,78 @@ static void test_bn_relu_fused(void)
     hsi_test_threads_restore(saved);
 }
 
+/* models/im2col_index.h (the GPU's im2col and col2im in 32 bits with
+ * fastdivs) against loops over the convolution's axes: every column
+ * element's source in x, and every x element's gathered sum of columns
+ * (small integers, so the sums are exact), over 2-D and 3-D geometries
+ * with strides 1-3 and paddings 0-2. */
+static void im2col_case(int nd, const int *in, const int *ker, const int *str, const int *pad)
+{
+    const int nc = 2, C = 3;
+    hsi_conv_dims d;
+    hsi_im2col_geom g = {0};
+    HSI_CHECK_OK(hsi_conv_dims_init(&d, nd, nc, C, 1, in, ker, str, pad));
+    CU_ASSERT_EQUAL_FATAL(hsi_im2col_geom_make(&g, &d, nc), 1);
+    int o = nd == 3 ? 0 : -1;
+    int ID = o < 0 ? 1 : in[0], KD = o < 0 ? 1 : ker[0], SD = o < 0 ? 1 : str[0], PD = o < 0 ? 0 : pad[0];
+    int OD = o < 0 ? 1 : d.out[0], IH = in[o + 1], KH = ker[o + 1], SH = str[o + 1], PH = pad[o + 1];
+    int OH = d.out[o + 1], IW = in[o + 2], KW = ker[o + 2], SW = str[o + 2], PW = pad[o + 2];
+    int OW = d.out[o + 2];
+    int64_t CK = (int64_t)C * KD * KH * KW, OS = (int64_t)OD * OH * OW, IS = (int64_t)ID * IH * IW;
+    int64_t ncol = nc * CK * OS, nx = nc * C * IS, bad = 0;
+    float *dcol = malloc(sizeof(float) * (size_t)ncol);
+    double *want = calloc((size_t)nx, sizeof(double));
+    for (int64_t i = 0; i < ncol; i++) dcol[i] = (float)((i * 7) % 13 - 6);
+    for (int n = 0; n < nc; n++)
+        for (int c = 0; c < C; c++)
+            for (int kd = 0; kd < KD; kd++)
+                for (int kh = 0; kh < KH; kh++)
+                    for (int kw = 0; kw < KW; kw++)
+                        for (int od = 0; od < OD; od++)
+                            for (int oh = 0; oh < OH; oh++)
+                                for (int ow = 0; ow < OW; ow++) {
+                                    int64_t ck = ((c * KD + kd) * KH + kh) * KW + kw;
+                                    int64_t col = (n * CK + ck) * OS + (od * OH + oh) * OW + ow;
+                                    int iz = od * SD - PD + kd, iy = oh * SH - PH + kh, ix = ow * SW - PW + kw;
+                                    int64_t src = -1;
+                                    if (iz >= 0 && iz < ID && iy >= 0 && iy < IH && ix >= 0 && ix < IW) {
+                                        src = ((int64_t)(n * C + c) * ID + iz) * IH * IW + (int64_t)iy * IW + ix;
+                                        want[src] += dcol[col];
+                                    }
+                                    bad += hsi_im2col_src(&g, (uint32_t)col) != src;
+                                }
+    for (int64_t i = 0; i < nx; i++) bad += hsi_col2im_sum(&g, dcol, (uint32_t)i) != (float)want[i];
+    if (bad) fprintf(stderr, "\n  im2col index (%d-D): %lld of %lld elements differ\n", nd, (long long)bad,
+                     (long long)(ncol + nx));
+    CU_ASSERT_EQUAL(bad, 0);
+    free(dcol);
+    free(want);
+}
+
+static void test_im2col_index(void)
+{
+    int a2[2] = {9, 8}, k3[2] = {3, 3}, s1[2] = {1, 1}, p1[2] = {1, 1}, s2[2] = {2, 2}, p0[2] = {0, 0};
+    im2col_case(2, a2, k3, s1, p1);
+    im2col_case(2, a2, k3, s2, p0);
+    int b2[2] = {5, 7}, k1[2] = {1, 1}, s3[2] = {3, 3}, k5[2] = {5, 2}, q2[2] = {2, 1}, t2[2] = {3, 1};
+    im2col_case(2, b2, k1, s3, p0);
+    im2col_case(2, b2, k5, t2, q2);
+    int a3[3] = {10, 7, 6}, k73[3] = {7, 3, 3}, u1[3] = {1, 1, 1}, q3[3] = {0, 1, 0}, t3[3] = {2, 1, 2};
+    im2col_case(3, a3, k73, u1, q3); /* HybridSN's first layer, smaller */
+    im2col_case(3, a3, k73, t3, q3);
+    int b3[3] = {6, 5, 4}, k2[3] = {2, 2, 2}, v3[3] = {3, 2, 1}, w1[3] = {1, 1, 1};
+    im2col_case(3, b3, k2, v3, w1);
+    /* beyond 32 bits: the 64-bit kernels' case */
+    hsi_conv_dims d;
+    hsi_im2col_geom g = {0};
+    int big[2] = {4096, 4096};
+    HSI_CHECK_OK(hsi_conv_dims_init(&d, 2, 16, 16, 1, big, k3, s1, p1));
+    CU_ASSERT_EQUAL(hsi_im2col_geom_make(&g, &d, 16), 0);
+    CU_ASSERT_EQUAL(hsi_im2col_geom_make(&g, &d, 1), 0); /* 16 * 9 * 4096^2 columns per sample */
+}
+
 HSI_SUITE(layers_conv, 0, {"dims and errors", test_conv_dims},
+          {"GPU im2col/col2im index arithmetic vs loops", test_im2col_index},
           {"f64 vs direct definition", test_conv_vs_definition_f64},
           {"f32 vs direct definition", test_conv_vs_definition_f32},
           {"1 and 3 threads vs direct definition", test_conv_threads},

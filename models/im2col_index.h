@@ -1,0 +1,121 @@
+/* im2col_index.h — the index arithmetic of the GPU's im2col and col2im
+ * (models/layers_cuda.cu) in 32 bits, every division by a fastdiv
+ * (kernels/fastdiv.h): a 64-bit division costs tens of instructions and
+ * im2col did ten per element. Host and device: tests/test_layers.c checks
+ * both against loops over the convolution's axes. For chunks of fewer than
+ * 2^31 columns and input elements (hsi_im2col_geom_make says when). Not the
+ * convolution. */
+#ifndef HSI_IM2COL_INDEX_H
+#define HSI_IM2COL_INDEX_H
+
+#include <stdint.h>
+
+#include "kernels/fastdiv.h"
+#include "models/layers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One chunk of nc samples of a convolution (2-D as 3-D with depth 1). */
+typedef struct hsi_im2col_geom {
+    int32_t C, KD, KH, KW, SD, SH, SW, PD, PH, PW, ID, IH, IW, OD, OH, OW;
+    uint32_t CK, OS, IS;
+    hsi_fastdiv os, ck, kw, kh, kd, ow, oh, iw, ih, id, c;
+} hsi_im2col_geom;
+
+/* g for nc samples of d: 1, or 0 when nc * CK * OS or nc * C * IS reach 2^31
+ * (then the 64-bit kernels run). */
+static inline int hsi_im2col_geom_make(hsi_im2col_geom *g, const hsi_conv_dims *d, int64_t nc)
+{
+    int o = d->nd == 3 ? 0 : -1;
+    int64_t ck, os, is;
+    g->C = d->c;
+    g->KD = o < 0 ? 1 : d->ker[0], g->SD = o < 0 ? 1 : d->stride[0], g->PD = o < 0 ? 0 : d->pad[0];
+    g->ID = o < 0 ? 1 : d->in[0], g->OD = o < 0 ? 1 : d->out[0];
+    g->KH = d->ker[o + 1], g->SH = d->stride[o + 1], g->PH = d->pad[o + 1];
+    g->IH = d->in[o + 1], g->OH = d->out[o + 1];
+    g->KW = d->ker[o + 2], g->SW = d->stride[o + 2], g->PW = d->pad[o + 2];
+    g->IW = d->in[o + 2], g->OW = d->out[o + 2];
+    ck = (int64_t)g->C * g->KD * g->KH * g->KW;
+    os = (int64_t)g->OD * g->OH * g->OW;
+    is = (int64_t)g->ID * g->IH * g->IW;
+    if (nc < 1 || nc * ck * os >= ((int64_t)1 << 31) || nc * g->C * is >= ((int64_t)1 << 31))
+        return 0;
+    g->CK = (uint32_t)ck, g->OS = (uint32_t)os, g->IS = (uint32_t)is;
+    g->os = hsi_fastdiv_make(g->OS), g->ck = hsi_fastdiv_make(g->CK);
+    g->kw = hsi_fastdiv_make((uint32_t)g->KW), g->kh = hsi_fastdiv_make((uint32_t)g->KH);
+    g->kd = hsi_fastdiv_make((uint32_t)g->KD), g->ow = hsi_fastdiv_make((uint32_t)g->OW);
+    g->oh = hsi_fastdiv_make((uint32_t)g->OH), g->iw = hsi_fastdiv_make((uint32_t)g->IW);
+    g->ih = hsi_fastdiv_make((uint32_t)g->IH), g->id = hsi_fastdiv_make((uint32_t)g->ID);
+    g->c = hsi_fastdiv_make((uint32_t)g->C);
+    return 1;
+}
+
+/* q = n / f.d and *r = n - q * f.d */
+static inline HSI_FD_HD uint32_t hsi_im2col_divmod(hsi_fastdiv f, uint32_t n, int32_t *r)
+{
+    uint32_t q = hsi_fastdiv_q(f, n);
+    *r = (int32_t)(n - q * f.d);
+    return q;
+}
+
+/* im2col: the element of x (nc, C, ID, IH, IW) that column element i of
+ * col (nc, CK, OS) holds, or -1 for padding (a zero). */
+static inline HSI_FD_HD int64_t hsi_im2col_src(const hsi_im2col_geom *g, uint32_t i)
+{
+    int32_t o, ck, kw, kh, kd, ow, oh;
+    uint32_t n = hsi_im2col_divmod(g->ck, hsi_im2col_divmod(g->os, i, &o), &ck);
+    uint32_t c = hsi_im2col_divmod(g->kd,
+                                   hsi_im2col_divmod(g->kh, hsi_im2col_divmod(g->kw, (uint32_t)ck, &kw), &kh),
+                                   &kd);
+    int32_t od = (int32_t)hsi_im2col_divmod(g->oh, hsi_im2col_divmod(g->ow, (uint32_t)o, &ow), &oh);
+    int32_t iz = od * g->SD - g->PD + kd, iy = oh * g->SH - g->PH + kh, ix = ow * g->SW - g->PW + kw;
+    if (iz < 0 || iz >= g->ID || iy < 0 || iy >= g->IH || ix < 0 || ix >= g->IW) return -1;
+    return ((int64_t)n * g->C + c) * g->IS + ((int64_t)iz * g->IH + iy) * g->IW + ix;
+}
+
+/* col2im: the sum, in kd, kh, kw order, of the column elements of dcol
+ * (nc, CK, OS) that came from element i of x (nc, C, ID, IH, IW). */
+static inline HSI_FD_HD float hsi_col2im_sum(const hsi_im2col_geom *g, const float *dcol, uint32_t i)
+{
+    int32_t ix, iy, iz, c;
+    uint32_t n = hsi_im2col_divmod(
+        g->c,
+        hsi_im2col_divmod(g->id, hsi_im2col_divmod(g->ih, hsi_im2col_divmod(g->iw, i, &ix), &iy), &iz),
+        &c);
+    const float *dn = dcol + (int64_t)n * g->CK * g->OS;
+    float acc = 0.0f;
+    for (int32_t kd = 0; kd < g->KD; kd++) {
+        int32_t tz = iz + g->PD - kd, od;
+        if (tz < 0) break; /* tz falls as kd grows */
+        if (g->SD == 1) od = tz;
+        else if (tz % g->SD) continue;
+        else od = tz / g->SD;
+        if (od >= g->OD) continue;
+        for (int32_t kh = 0; kh < g->KH; kh++) {
+            int32_t ty = iy + g->PH - kh, oh;
+            if (ty < 0) break;
+            if (g->SH == 1) oh = ty;
+            else if (ty % g->SH) continue;
+            else oh = ty / g->SH;
+            if (oh >= g->OH) continue;
+            for (int32_t kw = 0; kw < g->KW; kw++) {
+                int32_t tx = ix + g->PW - kw, ow;
+                if (tx < 0) break;
+                if (g->SW == 1) ow = tx;
+                else if (tx % g->SW) continue;
+                else ow = tx / g->SW;
+                if (ow >= g->OW) continue;
+                int64_t ck = ((int64_t)(c * g->KD + kd) * g->KH + kh) * g->KW + kw;
+                acc += dn[ck * g->OS + ((int64_t)od * g->OH + oh) * g->OW + ow];
+            }
+        }
+    }
+    return acc;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
