@@ -549,13 +549,41 @@ __global__ void gap_bwd_kernel(float *dx, const float *dy, int64_t rows, int64_t
         dx[i] += dy[i / s] * inv;
 }
 
+/* Short rows (s below GAP_WARP_MAX): one warp per row, the row's sum in
+ * double over the lanes then a fixed shuffle tree; a block per row left
+ * most of its 256 threads idle on cnn2d's 5x5 maps. */
+#define GAP_WARP_MAX 2048
+__global__ void gap_fwd_warp_kernel(float *y, const float *x, int64_t rows, int64_t s)
+{
+    int lane = threadIdx.x & 31;
+    int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; row < rows; row += warps) {
+        const float *xr = x + row * s;
+        double acc = 0;
+        for (int64_t i = lane; i < s; i += 32) acc += xr[i];
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+        if (lane == 0) y[row] = (float)(acc / (double)s);
+    }
+}
+
+/* dx (rows, s) += dy[row] / s, the row by a fastdiv (fewer than 2^31 elements) */
+__global__ void gap_bwd_fd_kernel(float *dx, const float *dy, hsi_fastdiv sd, uint32_t total, float inv)
+{
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x)
+        dx[i] += dy[hsi_fastdiv_q(sd, i)] * inv;
+}
+
 extern "C" hsi_status hsi_gap_forward_cuda(float *y, const float *x, int n, int c, int64_t s)
 {
     HSI_CU_TRY(hsi_cuda_require("global average pool"));
     int64_t rows = (int64_t)n * c;
     if (rows <= 0 || s <= 0) return hsi_fail(HSI_ERR_ARG, "global average pool (CUDA): empty input");
     if (rows > INT32_MAX) return hsi_fail(HSI_ERR_UNSUPPORTED, "global average pool (CUDA): too many rows");
-    gap_fwd_kernel<<<(unsigned)rows, LC_THREADS, 0, hsi_cu_stream()>>>(y, x, s);
+    if (s < GAP_WARP_MAX)
+        gap_fwd_warp_kernel<<<hsi_cu_blocks(rows * 32, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
+            y, x, rows, s);
+    else
+        gap_fwd_kernel<<<(unsigned)rows, LC_THREADS, 0, hsi_cu_stream()>>>(y, x, s);
     HSI_CU_LAUNCHED("global average pool forward (CUDA)");
     return HSI_OK;
 }
@@ -564,8 +592,12 @@ extern "C" hsi_status hsi_gap_backward_cuda(float *dx, const float *dy, int n, i
 {
     HSI_CU_TRY(hsi_cuda_require("global average pool"));
     int64_t rows = (int64_t)n * c;
-    gap_bwd_kernel<<<hsi_cu_blocks(rows * s, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
-        dx, dy, rows, s);
+    if (rows * s < ((int64_t)1 << 31))
+        gap_bwd_fd_kernel<<<hsi_cu_blocks(rows * s, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
+            dx, dy, hsi_fastdiv_make((uint32_t)s), (uint32_t)(rows * s), 1.0f / (float)s);
+    else
+        gap_bwd_kernel<<<hsi_cu_blocks(rows * s, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
+            dx, dy, rows, s);
     HSI_CU_LAUNCHED("global average pool backward (CUDA)");
     return HSI_OK;
 }
