@@ -230,8 +230,12 @@ __global__ void chan_parts_kernel(double2 *part, const float *a, const float *b,
     if (threadIdx.x == 0) part[(size_t)ch * gridDim.x + p] = make_double2(s0, s1);
 }
 
-/* 1 when (n, c, s) takes the split kernels: fewer than 2^31 elements */
-static int bn_split(int64_t n, int64_t c, int64_t s) { return n * c * s < ((int64_t)1 << 31); }
+/* 1 when (n, c, s) takes the split kernels: fewer than 2^31 elements, and
+ * channels within the grid's y limit */
+static int bn_split(int64_t n, int64_t c, int64_t s)
+{
+    return n * c * s < ((int64_t)1 << 31) && c <= 65535;
+}
 
 /* Blocks per channel: about 1024 blocks in all, at least 1024 elements
  * each, at most 1024 per channel. */
