@@ -639,8 +639,7 @@ static hsi_status fold_all(hsi_dmodel *d)
         HSI_TRY(hsi_cuda_download(v, B->rv, sizeof(float) * (size_t)k));
         hsi_bn_fold_f32(wf, bf, w, L->nb ? b : NULL, g, be, m, v, B->g.mod->eps, k, nw / k);
         HSI_TRY(hsi_cuda_upload(L->wf, wf, sizeof(float) * (size_t)nw));
-        HSI_TRY(hsi_cuda_upload(L->bf, bf, sizeof(float) * (size_t)k));
-        HSI_TRY(hsi_cuda_sync()); /* h is reused for the next layer */
+        HSI_TRY(hsi_cuda_upload(L->bf, bf, sizeof(float) * (size_t)k)); /* waits: h is free again */
     }
     d->folds_valid = 1;
 cleanup:
