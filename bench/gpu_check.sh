@@ -38,7 +38,9 @@
 #                    algorithms (HSI_CUDNN_ALGO=fastest)
 #   torch      55 s  bench/torch_gpu.py: the same models in PyTorch on the same
 #                    card, FP32 (no TF32) and TF32, in the environment this
-#                    script was started with (none of hsi's library paths)
+#                    script was started with (none of hsi's library paths);
+#                    then PyTorch's profiler tables of cnn2d b1024 and HybridSN
+#                    b128 (FP32) appended to profile.txt beside hsi's
 # 470 s in all (a 476 s deadline with the script's own work; on the H200 on
 # 2026-12-04 the whole check took 51-68 s: tests 1-2 s, memcheck 3, racecheck
 # 10, gpu_bench 7-12, torch 20-30, whence the 60 s of salinas_a and the 30 s
@@ -687,9 +689,10 @@ if fits torch; then
         result torch failed null 0 "no python3 with torch here (tried python3, /usr/bin/python3, /usr/local/bin/python3, /opt/conda/bin/python3)"
         rc_torch=1
     else
-        echo "== [torch] $TPY bench/torch_gpu.py --steps 20 (LD_LIBRARY_PATH ${TLD:-unset})"
+        echo "== [torch] $TPY bench/torch_gpu.py --steps 20 --profile-out $O/profile.txt (LD_LIBRARY_PATH ${TLD:-unset})"
         timeout -k 2 $(( BUDGET[torch] - 2 - ($(now) - t) )) "${TENV[@]}" "$TPY" bench/torch_gpu.py \
-            --steps 20 --batch 128 --batch2 1024 > "$O/torch_gpu.jsonl" 2> "$O/torch_gpu.err"
+            --steps 20 --batch 128 --batch2 1024 --profile-out "$O/profile.txt" > "$O/torch_gpu.jsonl" \
+            2> "$O/torch_gpu.err"
         RC=$?
         SECS=$(( $(now) - t ))
         rc_torch=$RC

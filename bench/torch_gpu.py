@@ -19,7 +19,12 @@ and hybridsn (the names gpu_bench uses), a failure as
 something failed, 2 without torch or a CUDA device.
 
     python3 bench/torch_gpu.py [--batch 128] [--batch2 1024] [--bands 30] [--patch 11]
-                               [--classes 16] [--steps 20] [--warmup 3] [--modes fp32,tf32]"""
+                               [--classes 16] [--steps 20] [--warmup 3] [--modes fp32,tf32]
+                               [--profile-out FILE]
+
+--profile-out: then PyTorch's profiler table (ops by device time, 5 FP32
+training steps) of cnn2d at --batch2 and HybridSN at --batch, appended to
+FILE beside hsi's `bench model --ops` tables."""
 import argparse
 import json
 import os
@@ -53,17 +58,21 @@ def set_mode(torch, mode):
             "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
 
 
-def bench(torch, F, models, name, batch, a):
+def make(torch, models, name, batch, a, dev):
+    """The model, a fixed random batch and its classes, on dev."""
     CNN2D, HybridSN = models
     torch.manual_seed(1)
-    dev = torch.device("cuda")
     if name == "cnn2d":
         m = CNN2D(a.bands, a.classes).to(dev)
         x = torch.randn(batch, a.bands, a.patch, a.patch, device=dev)
     else:
         m = HybridSN(a.bands, a.patch, a.classes).to(dev)
         x = torch.randn(batch, 1, a.bands, a.patch, a.patch, device=dev)
-    y = torch.arange(batch, device=dev) % a.classes
+    return m, x, torch.arange(batch, device=dev) % a.classes
+
+
+def bench(torch, F, models, name, batch, a):
+    m, x, y = make(torch, models, name, batch, a, torch.device("cuda"))
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     m.train()
     losses = []
@@ -96,12 +105,51 @@ def bench(torch, F, models, name, batch, a):
             "loss_first": losses[0], "loss_last": losses[-1]}
 
 
+def profile(torch, F, models, name, batch, a, path, dev="cuda"):
+    """PyTorch's profiler over 5 training steps (after 3 warm-up steps):
+    its table of ops by device time (CPU time without a GPU), appended to
+    path under a header, for the per-op table of `hsi bench model --ops`."""
+    from torch.profiler import ProfilerActivity
+    m, x, y = make(torch, models, name, batch, a, torch.device(dev))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    m.train()
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(m(x), y).backward()
+        opt.step()
+    for _ in range(3):
+        step()
+    sync()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    with torch.profiler.profile(activities=acts) as p:
+        for _ in range(5):
+            step()
+        sync()
+    avg = p.key_averages()
+    table = None
+    for key in (("device_time_total", "cuda_time_total") if dev == "cuda" else ("cpu_time_total",)):
+        try:
+            table = avg.table(sort_by=key, row_limit=25)
+            break
+        except (KeyError, AttributeError, ValueError):
+            continue
+    with open(path, "a") as f:
+        f.write("== PyTorch %s, %s batch %d, 5 training steps (FP32, TF32 off), by %s time\n%s\n"
+                % (torch.__version__, name, batch, "device" if dev == "cuda" else "CPU",
+                   table if table is not None else "(no table: %r)" % (avg,)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     for k, v in [("batch", 128), ("batch2", 1024), ("bands", 30), ("patch", 11), ("classes", 16),
                  ("steps", 20), ("warmup", 3)]:
         ap.add_argument("--" + k, type=int, default=v)
     ap.add_argument("--modes", default="fp32,tf32")
+    ap.add_argument("--profile-out", default="",
+                    help="also append PyTorch's profiler tables (cnn2d at --batch2, HybridSN at "
+                         "--batch, FP32) to this file")
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
     bad = [m for m in modes if m not in ("fp32", "tf32")]
@@ -145,6 +193,16 @@ def main():
             except Exception as e:  # CUDA OOM, cuDNN refusal: report it, go on
                 n_err += 1
                 out({"stage": what, "error": "%s: %s" % (type(e).__name__, e)})
+            torch.cuda.empty_cache()
+    if a.profile_out:
+        set_mode(torch, "fp32")
+        for name, batch in (("cnn2d", a.batch2 if a.batch2 > 0 else a.batch), ("hybridsn", a.batch)):
+            try:
+                profile(torch, F, (CNN2D, HybridSN), name, batch, a, a.profile_out)
+                out({"profile": "%s_b%d" % (name, batch), "file": a.profile_out})
+            except Exception as e:
+                n_err += 1
+                out({"stage": "profile_%s" % name, "error": "%s: %s" % (type(e).__name__, e)})
             torch.cuda.empty_cache()
     out({"torch_errors": n_err})
     return 1 if n_err else 0
