@@ -3,7 +3,8 @@
  * their per-sample shapes, the same the CPU engine runs) with, per module
  * kind, its device implementation (g_kinds: buffers, forward, backward by
  * the launchers of layers_cuda.h); every parameter gets a device copy plus
- * gradient and Adam state in one arena. Plain C over the CUDA API of
+ * gradient and Adam state in one arena; at inference each conv -> batch
+ * norm -> ReLU runs as one folded convolution. Plain C over the CUDA API of
  * kernels/cuda.h: compiled in every build (without CUDA the first call
  * says HSI_ERR_NO_CUDA). Not the engine's graph: the device backward is
  * each kind's own, checked against the engine's gradients by the parity
