@@ -7,7 +7,7 @@
 
 #include "kernels/cuda_internal.h"
 #include "kernels/fastdiv.h"
-#include "models/im2col_index.h"
+#include "models/cuda_index.h"
 #include "models/cuda_ops.h"
 #include "models/layers_cuda.h"
 
@@ -123,7 +123,7 @@ __global__ void col2im_kernel(float *dx, const float *dcol, conv_geom g, int64_t
     }
 }
 
-/* The same two in 32 bits with fastdivs (models/im2col_index.h), for
+/* The same two in 32 bits with fastdivs (models/cuda_index.h), for
  * chunks of fewer than 2^31 elements: the 64-bit divisions above cost more
  * than the elements' memory traffic. */
 __global__ void im2col_fd_kernel(float *col, const float *x, const __grid_constant__ hsi_im2col_geom g,
@@ -504,6 +504,64 @@ __global__ void pool_bwd_kernel(float *dx, const float *dy, const int32_t *argma
     }
 }
 
+/* The same two in 32 bits with fastdivs (models/cuda_index.h), for arrays
+ * of fewer than 2^31 elements; the same sums in the same order. */
+__global__ void pool_fwd_fd_kernel(float *y, int32_t *argmax, const float *x,
+                                   const __grid_constant__ hsi_pool_geom32 g, uint32_t total, int is_max)
+{
+    float inv = 1.0f / (float)((int64_t)g.KD * g.KH * g.KW);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int32_t lo[3], hi[3];
+        const float *xp = x + (int64_t)hsi_pool_window(&g, i, lo, hi) * g.IS;
+        if (is_max) {
+            float m = -INFINITY;
+            int32_t idx = (lo[0] * g.IH + lo[1]) * g.IW + lo[2];
+            for (int32_t zd = lo[0]; zd < hi[0]; zd++)
+                for (int32_t zh = lo[1]; zh < hi[1]; zh++) {
+                    int32_t r = (zd * g.IH + zh) * g.IW;
+                    for (int32_t zw = lo[2]; zw < hi[2]; zw++) {
+                        float v = xp[r + zw];
+                        if (v > m || isnan(v)) m = v, idx = r + zw;
+                    }
+                }
+            y[i] = m;
+            argmax[i] = idx;
+        } else {
+            float sum = 0.0f;
+            for (int32_t zd = lo[0]; zd < hi[0]; zd++)
+                for (int32_t zh = lo[1]; zh < hi[1]; zh++) {
+                    const float *r = xp + (zd * g.IH + zh) * g.IW;
+                    for (int32_t zw = lo[2]; zw < hi[2]; zw++) sum += r[zw];
+                }
+            y[i] = sum * inv;
+        }
+    }
+}
+
+__global__ void pool_bwd_fd_kernel(float *dx, const float *dy, const int32_t *argmax,
+                                   const __grid_constant__ hsi_pool_geom32 g, uint32_t total, int is_max)
+{
+    float inv = 1.0f / (float)((int64_t)g.KD * g.KH * g.KW);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int32_t q, lo[3], hi[3];
+        uint32_t p = hsi_pool_outs(&g, i, &q, lo, hi);
+        const float *dyp = dy + (int64_t)p * g.OS;
+        const int32_t *ap = is_max ? argmax + (int64_t)p * g.OS : NULL;
+        float acc = 0.0f;
+        for (int32_t od = lo[0]; od <= hi[0]; od++)
+            for (int32_t oh = lo[1]; oh <= hi[1]; oh++)
+                for (int32_t ow = lo[2]; ow <= hi[2]; ow++) {
+                    int32_t o = (od * g.OH + oh) * g.OW + ow;
+                    if (is_max) {
+                        if (ap[o] == q) acc += dyp[o];
+                    } else {
+                        acc += dyp[o] * inv;
+                    }
+                }
+        dx[i] += acc;
+    }
+}
+
 extern "C" hsi_status hsi_pool_forward_cuda(float *y, int32_t *argmax, const float *x,
                                             const hsi_pool_dims *d)
 {
@@ -512,8 +570,13 @@ extern "C" hsi_status hsi_pool_forward_cuda(float *y, int32_t *argmax, const flo
     pool_geom_fill(&g, d);
     if (g.is_max && !argmax)
         return hsi_fail(HSI_ERR_ARG, "pool forward (CUDA): max pooling needs an argmax array");
-    pool_fwd_kernel<<<hsi_cu_blocks(g.planes * g.OS, LC_THREADS), LC_THREADS, 0,
-                      hsi_cu_stream()>>>(y, argmax, x, g);
+    hsi_pool_geom32 g32;
+    if (hsi_pool_geom32_make(&g32, d))
+        pool_fwd_fd_kernel<<<hsi_cu_blocks(g.planes * g.OS, LC_THREADS), LC_THREADS, 0,
+                             hsi_cu_stream()>>>(y, argmax, x, g32, (uint32_t)(g.planes * g.OS), g.is_max);
+    else
+        pool_fwd_kernel<<<hsi_cu_blocks(g.planes * g.OS, LC_THREADS), LC_THREADS, 0,
+                          hsi_cu_stream()>>>(y, argmax, x, g);
     HSI_CU_LAUNCHED("pool forward (CUDA)");
     return HSI_OK;
 }
@@ -526,8 +589,13 @@ extern "C" hsi_status hsi_pool_backward_cuda(float *dx, const float *dy, const i
     pool_geom_fill(&g, d);
     if (g.is_max && !argmax)
         return hsi_fail(HSI_ERR_ARG, "pool backward (CUDA): max pooling needs the argmax array");
-    pool_bwd_kernel<<<hsi_cu_blocks(g.planes * g.IS, LC_THREADS), LC_THREADS, 0,
-                      hsi_cu_stream()>>>(dx, dy, argmax, g);
+    hsi_pool_geom32 g32;
+    if (hsi_pool_geom32_make(&g32, d))
+        pool_bwd_fd_kernel<<<hsi_cu_blocks(g.planes * g.IS, LC_THREADS), LC_THREADS, 0,
+                             hsi_cu_stream()>>>(dx, dy, argmax, g32, (uint32_t)(g.planes * g.IS), g.is_max);
+    else
+        pool_bwd_kernel<<<hsi_cu_blocks(g.planes * g.IS, LC_THREADS), LC_THREADS, 0,
+                          hsi_cu_stream()>>>(dx, dy, argmax, g);
     HSI_CU_LAUNCHED("pool backward (CUDA)");
     return HSI_OK;
 }

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "models/conv_direct.h"
-#include "models/im2col_index.h"
+#include "models/cuda_index.h"
 #include "models/layers.h"
 
 /* ------------------------------------------------------------ utilities */
@@ -1129,7 +1129,7 @@ static void test_bn_relu_fused(void)
     hsi_test_threads_restore(saved);
 }
 
-/* models/im2col_index.h (the GPU's im2col and col2im in 32 bits with
+/* models/cuda_index.h (the GPU's im2col and col2im in 32 bits with
  * fastdivs) against loops over the convolution's axes: every column
  * element's source in x, and every x element's gathered sum of columns
  * (small integers, so the sums are exact), over 2-D and 3-D geometries
@@ -1199,8 +1199,69 @@ static void test_im2col_index(void)
     CU_ASSERT_EQUAL(hsi_im2col_geom_make(&g, &d, 1), 0); /* 16 * 9 * 4096^2 columns per sample */
 }
 
+/* cuda_index.h's pooling arithmetic against the definition: every output's
+ * window (o * stride - pad, clipped) and, per input element, the first and
+ * last output whose window holds it, found by trying every output. */
+static void pool_index_case(int nd, const int *in, const int *ker, const int *str, const int *pad)
+{
+    hsi_pool_dims d;
+    hsi_pool_geom32 g = {0};
+    HSI_CHECK_OK(hsi_pool_dims_init(&d, HSI_POOL_MAX, nd, 2, 3, in, ker, str, pad));
+    CU_ASSERT_EQUAL_FATAL(hsi_pool_geom32_make(&g, &d), 1);
+    int o = nd == 3 ? 0 : -1, ax_in[3], ax_k[3], ax_s[3], ax_p[3], ax_o[3];
+    for (int a = 0; a < 3; a++) {
+        int k = o + a;
+        ax_in[a] = k < 0 ? 1 : in[k], ax_k[a] = k < 0 ? 1 : ker[k], ax_s[a] = k < 0 ? 1 : str[k];
+        ax_p[a] = k < 0 ? 0 : pad[k], ax_o[a] = k < 0 ? 1 : d.out[k];
+    }
+    int64_t planes = 6, OS = (int64_t)ax_o[0] * ax_o[1] * ax_o[2], IS = (int64_t)ax_in[0] * ax_in[1] * ax_in[2], bad = 0;
+    for (int64_t i = 0; i < planes * OS; i++) {
+        int32_t lo[3], hi[3];
+        uint32_t p = hsi_pool_window(&g, (uint32_t)i, lo, hi);
+        int64_t r = i % OS, out[3] = {r / (ax_o[1] * ax_o[2]), r / ax_o[2] % ax_o[1], r % ax_o[2]};
+        bad += p != (uint32_t)(i / OS);
+        for (int a = 0; a < 3; a++) {
+            int b = (int)out[a] * ax_s[a] - ax_p[a], e = b + ax_k[a];
+            bad += lo[a] != (b < 0 ? 0 : b) || hi[a] != (e > ax_in[a] ? ax_in[a] : e);
+        }
+    }
+    for (int64_t i = 0; i < planes * IS; i++) {
+        int32_t q, lo[3], hi[3];
+        uint32_t p = hsi_pool_outs(&g, (uint32_t)i, &q, lo, hi);
+        int64_t r = i % IS, at[3] = {r / (ax_in[1] * ax_in[2]), r / ax_in[2] % ax_in[1], r % ax_in[2]};
+        bad += p != (uint32_t)(i / IS) || q != (int32_t)r;
+        for (int a = 0; a < 3; a++) {
+            int first = -1, last = -2;
+            for (int ox = 0; ox < ax_o[a]; ox++) {
+                int b = ox * ax_s[a] - ax_p[a];
+                if (at[a] >= b && at[a] < b + ax_k[a]) {
+                    if (first < 0) first = ox;
+                    last = ox;
+                }
+            }
+            /* empty: any lo > hi will do */
+            bad += first < 0 ? !(lo[a] > hi[a]) : (lo[a] != first || hi[a] != last);
+        }
+    }
+    if (bad) fprintf(stderr, "\n  pool index (%d-D): %lld mismatches\n", nd, (long long)bad);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+static void test_pool_index(void)
+{
+    int a2[2] = {11, 11}, k2[2] = {2, 2}, z2[2] = {0, 0}, b2[2] = {9, 7}, k3[2] = {3, 3}, s1[2] = {1, 1};
+    int p1[2] = {1, 1}, s3[2] = {3, 2}, k1[2] = {1, 1};
+    pool_index_case(2, a2, k2, k2, z2); /* cnn2d's */
+    pool_index_case(2, b2, k3, s1, p1);
+    pool_index_case(2, b2, k3, s3, p1);
+    pool_index_case(2, b2, k1, s3, z2);
+    int a3[3] = {7, 6, 5}, k33[3] = {3, 2, 3}, s33[3] = {2, 2, 1}, p33[3] = {1, 0, 1};
+    pool_index_case(3, a3, k33, s33, p33);
+}
+
 HSI_SUITE(layers_conv, 0, {"dims and errors", test_conv_dims},
           {"GPU im2col/col2im index arithmetic vs loops", test_im2col_index},
+          {"GPU pooling index arithmetic vs the definition", test_pool_index},
           {"f64 vs direct definition", test_conv_vs_definition_f64},
           {"f32 vs direct definition", test_conv_vs_definition_f32},
           {"1 and 3 threads vs direct definition", test_conv_threads},

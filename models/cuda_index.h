@@ -1,12 +1,11 @@
-/* im2col_index.h — the index arithmetic of the GPU's im2col and col2im
- * (models/layers_cuda.cu) in 32 bits, every division by a fastdiv
+/* cuda_index.h — the index arithmetic of the GPU's im2col, col2im and
+ * pooling (models/layers_cuda.cu) in 32 bits, every division by a fastdiv
  * (kernels/fastdiv.h): a 64-bit division costs tens of instructions and
  * im2col did ten per element. Host and device: tests/test_layers.c checks
- * both against loops over the convolution's axes. For chunks of fewer than
- * 2^31 columns and input elements (hsi_im2col_geom_make says when). Not the
- * convolution. */
-#ifndef HSI_IM2COL_INDEX_H
-#define HSI_IM2COL_INDEX_H
+ * it against loops over the layers' axes. For arrays of fewer than 2^31
+ * elements (the *_make functions say when). Not the layers. */
+#ifndef HSI_CUDA_INDEX_H
+#define HSI_CUDA_INDEX_H
 
 #include <stdint.h>
 
@@ -113,6 +112,72 @@ static inline HSI_FD_HD float hsi_col2im_sum(const hsi_im2col_geom *g, const flo
         }
     }
     return acc;
+}
+
+/* One pooling (2-D as 3-D with depth 1) over planes of n * C. */
+typedef struct hsi_pool_geom32 {
+    int32_t KD, KH, KW, SD, SH, SW, PD, PH, PW, ID, IH, IW, OD, OH, OW;
+    uint32_t IS, OS;
+    hsi_fastdiv os, ow, oh, is, iw, ih;
+} hsi_pool_geom32;
+
+/* g for d: 1, or 0 when the input or the output reach 2^31 elements. */
+static inline int hsi_pool_geom32_make(hsi_pool_geom32 *g, const hsi_pool_dims *d)
+{
+    int o = d->nd == 3 ? 0 : -1;
+    int64_t planes = (int64_t)d->n * d->c, is, os;
+    g->KD = o < 0 ? 1 : d->ker[0], g->SD = o < 0 ? 1 : d->stride[0], g->PD = o < 0 ? 0 : d->pad[0];
+    g->ID = o < 0 ? 1 : d->in[0], g->OD = o < 0 ? 1 : d->out[0];
+    g->KH = d->ker[o + 1], g->SH = d->stride[o + 1], g->PH = d->pad[o + 1];
+    g->IH = d->in[o + 1], g->OH = d->out[o + 1];
+    g->KW = d->ker[o + 2], g->SW = d->stride[o + 2], g->PW = d->pad[o + 2];
+    g->IW = d->in[o + 2], g->OW = d->out[o + 2];
+    is = (int64_t)g->ID * g->IH * g->IW;
+    os = (int64_t)g->OD * g->OH * g->OW;
+    if (planes * is >= ((int64_t)1 << 31) || planes * os >= ((int64_t)1 << 31)) return 0;
+    g->IS = (uint32_t)is, g->OS = (uint32_t)os;
+    g->os = hsi_fastdiv_make(g->OS), g->ow = hsi_fastdiv_make((uint32_t)g->OW);
+    g->oh = hsi_fastdiv_make((uint32_t)g->OH), g->is = hsi_fastdiv_make(g->IS);
+    g->iw = hsi_fastdiv_make((uint32_t)g->IW), g->ih = hsi_fastdiv_make((uint32_t)g->IH);
+    return 1;
+}
+
+/* The window of output element i: its plane, and the input ranges
+ * [lo, hi) of depth, height and width (clipped to the input). */
+static inline HSI_FD_HD uint32_t hsi_pool_window(const hsi_pool_geom32 *g, uint32_t i, int32_t *lo,
+                                                 int32_t *hi)
+{
+    int32_t o, ow, oh;
+    uint32_t p = hsi_im2col_divmod(g->os, i, &o);
+    int32_t od = (int32_t)hsi_im2col_divmod(g->oh, hsi_im2col_divmod(g->ow, (uint32_t)o, &ow), &oh);
+    const int32_t out[3] = {od, oh, ow}, st[3] = {g->SD, g->SH, g->SW}, pd[3] = {g->PD, g->PH, g->PW};
+    const int32_t kr[3] = {g->KD, g->KH, g->KW}, len[3] = {g->ID, g->IH, g->IW};
+    for (int a = 0; a < 3; a++) {
+        int32_t b = out[a] * st[a] - pd[a], e = b + kr[a];
+        lo[a] = b < 0 ? 0 : b;
+        hi[a] = e > len[a] ? len[a] : e;
+    }
+    return p;
+}
+
+/* The outputs whose windows hold input element i: its plane, *q its place
+ * in the plane, and the output ranges [lo, hi] (inclusive; empty when
+ * lo > hi) of depth, height and width. */
+static inline HSI_FD_HD uint32_t hsi_pool_outs(const hsi_pool_geom32 *g, uint32_t i, int32_t *q,
+                                               int32_t *lo, int32_t *hi)
+{
+    int32_t ix, iy;
+    uint32_t p = hsi_im2col_divmod(g->is, i, q);
+    int32_t iz = (int32_t)hsi_im2col_divmod(g->ih, hsi_im2col_divmod(g->iw, (uint32_t)*q, &ix), &iy);
+    const int32_t in[3] = {iz, iy, ix}, st[3] = {g->SD, g->SH, g->SW}, pd[3] = {g->PD, g->PH, g->PW};
+    const int32_t kr[3] = {g->KD, g->KH, g->KW}, n_out[3] = {g->OD, g->OH, g->OW};
+    for (int a = 0; a < 3; a++) {
+        int32_t first = in[a] + pd[a] - kr[a] + 1; /* o * s >= first */
+        int32_t l = first <= 0 ? 0 : (first + st[a] - 1) / st[a], h = (in[a] + pd[a]) / st[a];
+        lo[a] = l;
+        hi[a] = h < n_out[a] - 1 ? h : n_out[a] - 1;
+    }
+    return p;
 }
 
 #ifdef __cplusplus
