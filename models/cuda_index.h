@@ -74,6 +74,16 @@ static inline HSI_FD_HD int64_t hsi_im2col_src(const hsi_im2col_geom *g, uint32_
     return ((int64_t)n * g->C + c) * g->IS + ((int64_t)iz * g->IH + iy) * g->IW + ix;
 }
 
+/* col2im along one axis: the output whose window holds input position
+ * t + kernel tap (t = position + pad - tap; stride s, n_out outputs), or -1
+ * when none does. */
+static inline HSI_FD_HD int32_t hsi_col2im_out(int32_t t, int32_t s, int32_t n_out)
+{
+    if (t < 0 || (s != 1 && t % s)) return -1;
+    int32_t o = s == 1 ? t : t / s;
+    return o < n_out ? o : -1;
+}
+
 /* col2im: the sum, in kd, kh, kw order, of the column elements of dcol
  * (nc, CK, OS) that came from element i of x (nc, C, ID, IH, IW). */
 static inline HSI_FD_HD float hsi_col2im_sum(const hsi_im2col_geom *g, const float *dcol, uint32_t i)
@@ -86,26 +96,12 @@ static inline HSI_FD_HD float hsi_col2im_sum(const hsi_im2col_geom *g, const flo
     const float *dn = dcol + (int64_t)n * g->CK * g->OS;
     float acc = 0.0f;
     for (int32_t kd = 0; kd < g->KD; kd++) {
-        int32_t tz = iz + g->PD - kd, od;
-        if (tz < 0) break; /* tz falls as kd grows */
-        if (g->SD == 1) od = tz;
-        else if (tz % g->SD) continue;
-        else od = tz / g->SD;
-        if (od >= g->OD) continue;
-        for (int32_t kh = 0; kh < g->KH; kh++) {
-            int32_t ty = iy + g->PH - kh, oh;
-            if (ty < 0) break;
-            if (g->SH == 1) oh = ty;
-            else if (ty % g->SH) continue;
-            else oh = ty / g->SH;
-            if (oh >= g->OH) continue;
-            for (int32_t kw = 0; kw < g->KW; kw++) {
-                int32_t tx = ix + g->PW - kw, ow;
-                if (tx < 0) break;
-                if (g->SW == 1) ow = tx;
-                else if (tx % g->SW) continue;
-                else ow = tx / g->SW;
-                if (ow >= g->OW) continue;
+        int32_t od = hsi_col2im_out(iz + g->PD - kd, g->SD, g->OD);
+        for (int32_t kh = 0; od >= 0 && kh < g->KH; kh++) {
+            int32_t oh = hsi_col2im_out(iy + g->PH - kh, g->SH, g->OH);
+            for (int32_t kw = 0; oh >= 0 && kw < g->KW; kw++) {
+                int32_t ow = hsi_col2im_out(ix + g->PW - kw, g->SW, g->OW);
+                if (ow < 0) continue;
                 int64_t ck = ((int64_t)(c * g->KD + kd) * g->KH + kh) * g->KW + kw;
                 acc += dn[ck * g->OS + ((int64_t)od * g->OH + oh) * g->OW + ow];
             }
