@@ -99,13 +99,13 @@ static void handle_release(void *h)
  * a reason to take another cuDNN), else the soname. */
 static void dnn_load(void)
 {
-    const char *algo = getenv("HSI_CUDNN_ALGO");
-    if (algo && *algo && strcmp(algo, "deterministic") && strcmp(algo, "fastest")) {
+    g_fastest = hsi_cudnn_algo_fastest();
+    if (g_fastest < 0) {
         snprintf(g_load_why, sizeof g_load_why,
-                 "HSI_CUDNN_ALGO=%s: expected deterministic (the default) or fastest", algo);
+                 "HSI_CUDNN_ALGO=%s: expected deterministic (the default) or fastest",
+                 getenv("HSI_CUDNN_ALGO"));
         return;
     }
-    g_fastest = algo && !strcmp(algo, "fastest");
     const char *env = getenv("HSI_CUDNN");
     const int from_env = env && *env;
     const char *path = from_env ? env : HSI_CUDNN_SONAME;

@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "models/layers.h"
@@ -60,6 +62,16 @@ hsi_status hsi_conv_backward_cuda(float *dx, float *dw, float *db, const float *
  * names the file tried and dlerror's reason) or HSI_ERR_CUDA (cudnnCreate
  * failed). The library is looked for once per process. */
 hsi_status hsi_conv_cudnn_available(int *version);
+/* The environment variable HSI_CUDNN_ALGO: 0 for deterministic algorithms
+ * only (unset, empty or "deterministic", the default), 1 for "fastest"
+ * (cuDNN's fastest, deterministic or not: PyTorch's cudnn.benchmark
+ * choice), -1 for anything else (cuDNN then does not load, saying so). */
+static inline int hsi_cudnn_algo_fastest(void)
+{
+    const char *a = getenv("HSI_CUDNN_ALGO");
+    if (!a || !*a || !strcmp(a, "deterministic")) return 0;
+    return strcmp(a, "fastest") ? -1 : 1;
+}
 /* 1 when d's tensors fit cuDNN's int sizes (x, y and w each below 2^31
  * elements): the geometries hsi_conv_*_cudnn take. */
 static inline int hsi_conv_cudnn_fits(const hsi_conv_dims *d)

@@ -79,8 +79,6 @@ struct hsi_dmodel {
     int folds_valid;              /* the wf, bf of the fold layers match the parameters */
 };
 
-static const char *mname(const hsi_module *m) { return m->name[0] ? m->name : "(root)"; }
-
 /* f32 packed host tensor -> new device copy */
 static hsi_status upload(float **dev, const hsi_tensor *t, const char *what)
 {
@@ -400,7 +398,7 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
             st = HSI_FAIL(HSI_ERR_UNSUPPORTED,
                           "device model: module %s (kind %d) has no GPU version (supported: conv, "
                           "batch norm, linear, relu, max/avg pool, gap, dropout, flatten, reshape)",
-                          mname(L->g.mod), (int)L->g.mod->kind);
+                          hsi_module_label(L->g.mod), (int)L->g.mod->kind);
             goto cleanup;
         }
     }
@@ -409,7 +407,7 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
         if (L->ops->plan && (st = L->ops->plan(d, L)) != HSI_OK) {
-            hsi_fail_context(st, "device model, layer %s", mname(L->g.mod));
+            hsi_fail_context(st, "device model, layer %s", hsi_module_label(L->g.mod));
             goto cleanup;
         }
         if (!L->g.alias) {
@@ -496,7 +494,7 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
             if (st == HSI_OK && !hsi_conv_cudnn_fits(&cd))
                 st = HSI_FAIL(HSI_ERR_UNSUPPORTED, "layer %s at batch %lld has a tensor of 2^31 "
                                                    "elements or more, beyond cuDNN's int sizes",
-                              mname(d->l[i].g.mod), (long long)d->max_batch);
+                              hsi_module_label(d->l[i].g.mod), (long long)d->max_batch);
         }
         if (st != HSI_OK && mode == HSI_GPU_CONV_CUDNN)
             return hsi_fail_context(st, "device model: cuDNN convolutions");
@@ -532,13 +530,12 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
         L->dnn_fwd = dnn;
         L->dnn_bwd = dnn && (mode == HSI_GPU_CONV_CUDNN || auto_dnn_backward(L));
     }
-    const char *algo = getenv("HSI_CUDNN_ALGO"); /* cudnn.cu's pick_algo */
     if (!any_dnn)
         snprintf(d->conv_name, sizeof d->conv_name, "gemm");
     else
         snprintf(d->conv_name, sizeof d->conv_name, "cudnn %d.%d.%d%s%s%s", version / 10000,
                  version / 100 % 100, version % 100,
-                 algo && !strcmp(algo, "fastest") ? " fastest algorithms" : "",
+                 hsi_cudnn_algo_fastest() > 0 ? " fastest algorithms" : "",
                  any_gemm ? ", gemm for 3-D backward" : "", any_bn ? ", batch norm too" : "");
 cleanup:
     return st;
@@ -592,7 +589,9 @@ static void bind(hsi_dmodel *d, const float *x)
  * and after (so the pieces add up to more than an unprofiled step). */
 static hsi_status prof_begin(double *t0)
 {
-    hsi_status st = hsi_op_profile_on() ? hsi_cuda_sync() : HSI_OK;
+    *t0 = 0;
+    if (!hsi_op_profile_on()) return HSI_OK; /* no clock read in an unprofiled step */
+    hsi_status st = hsi_cuda_sync();
     *t0 = hsi_now();
     return st;
 }
@@ -659,8 +658,8 @@ static hsi_status forward(hsi_dmodel *d, int64_t n, int training)
             if ((st = prof_begin(&t0)) == HSI_OK) st = conv_run(d, L, y, d->act[i], n, L->wf, L->bf);
             if (st == HSI_OK) st = hsi_relu_forward_cuda(y, y, n * L->g.out_per);
             if ((st = prof_end(st, "conv+bn+relu (folded)", L->g.mod->name, t0, 0)) != HSI_OK)
-                return hsi_fail_context(st, "device model, layers %s to %s (folded)", mname(L->g.mod),
-                                        mname(d->l[i + 2].g.mod));
+                return hsi_fail_context(st, "device model, layers %s to %s (folded)", hsi_module_label(L->g.mod),
+                                        hsi_module_label(d->l[i + 2].g.mod));
             i += 2;
             continue;
         }
@@ -668,7 +667,7 @@ static hsi_status forward(hsi_dmodel *d, int64_t n, int training)
         if ((st = prof_begin(&t0)) == HSI_OK)
             st = prof_end(L->ops->forward(d, L, d->act[i + 1], d->act[i], n, training), op_name(L, 0),
                           L->g.mod->name, t0, 0);
-        if (st != HSI_OK) return hsi_fail_context(st, "device model, layer %s", mname(L->g.mod));
+        if (st != HSI_OK) return hsi_fail_context(st, "device model, layer %s", hsi_module_label(L->g.mod));
     }
     return st;
 }
@@ -706,7 +705,7 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
         st = prof_end(L->ops->backward(d, L, d->dact[i], d->dact[i + 1], d->act[i], d->act[i + 1], n),
                       op_name(L, 1), L->g.mod->name, t0, 1);
         if (st != HSI_OK) {
-            hsi_fail_context(st, "device model, layer %s (backward)", mname(L->g.mod));
+            hsi_fail_context(st, "device model, layer %s (backward)", hsi_module_label(L->g.mod));
             goto cleanup;
         }
     }
@@ -790,7 +789,7 @@ hsi_status hsi_dmodel_to_host(hsi_dmodel *d, hsi_module *m, int with_grads)
         hsi_module *hm = h[i].mod;
         if (hm->kind != L->g.mod->kind || h[i].out_per != L->g.out_per) {
             st = HSI_FAIL(HSI_ERR_ARG, "device model: layer %d is %s here, another layer on the device",
-                          i, mname(hm));
+                          i, hsi_module_label(hm));
             goto cleanup;
         }
         if (L->nw) {

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/tensor_impl.h"
+
 static hsi_status module_alloc(hsi_module **out, hsi_module_kind kind)
 {
     *out = calloc(1, sizeof **out);
@@ -391,23 +393,13 @@ static int64_t shape_prod(const int64_t *s, int n)
     return p;
 }
 
-static const char *layer_name(const hsi_module *m) { return m->name[0] ? m->name : "(root)"; }
-
-/* "(64, 9, 9)" */
-static const char *sample_str(char *buf, size_t n, int nd, const int64_t *s)
-{
-    size_t k = (size_t)snprintf(buf, n, "(");
-    for (int i = 0; i < nd && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)s[i]);
-    if (k < n) snprintf(buf + k, n - k, ")");
-    return buf;
-}
+const char *hsi_module_label(const hsi_module *m) { return m->name[0] ? m->name : "(root)"; }
 
 hsi_status hsi_layer_conv_dims(hsi_conv_dims *cd, const hsi_layer *L, int n)
 {
     const hsi_module *m = L->mod;
     if (m->kind != HSI_MOD_CONV)
-        return HSI_FAIL(HSI_ERR_ARG, "layer '%s' is not a convolution", layer_name(m));
+        return HSI_FAIL(HSI_ERR_ARG, "layer '%s' is not a convolution", hsi_module_label(m));
     return hsi_conv_dims_init(cd, L->sp_nd, n, L->c, L->k, L->sp_in, m->ker, m->stride, m->pad);
 }
 
@@ -415,7 +407,7 @@ hsi_status hsi_layer_pool_dims(hsi_pool_dims *pd, const hsi_layer *L, int n)
 {
     const hsi_module *m = L->mod;
     if (m->kind != HSI_MOD_MAXPOOL && m->kind != HSI_MOD_AVGPOOL)
-        return HSI_FAIL(HSI_ERR_ARG, "layer '%s' is not a pooling layer", layer_name(m));
+        return HSI_FAIL(HSI_ERR_ARG, "layer '%s' is not a pooling layer", hsi_module_label(m));
     return hsi_pool_dims_init(pd, m->kind == HSI_MOD_MAXPOOL ? HSI_POOL_MAX : HSI_POOL_AVG, L->sp_nd,
                               n, L->c, L->sp_in, m->ker, m->stride, m->pad);
 }
@@ -427,7 +419,7 @@ static hsi_status plan_shape(hsi_layer *L)
     hsi_status st = HSI_OK;
     hsi_module *m = L->mod;
     char got[160];
-    sample_str(got, sizeof got, L->in_nd, L->in_shape);
+    hsi_eng_shape_str(got, sizeof got, L->in_nd, L->in_shape);
     L->in_per = shape_prod(L->in_shape, L->in_nd);
     L->out_nd = L->in_nd;
     memcpy(L->out_shape, L->in_shape, sizeof L->out_shape);
@@ -441,7 +433,7 @@ static hsi_status plan_shape(hsi_layer *L)
             char c[32] = "C";
             if (conv) snprintf(c, sizeof c, "%lld", (long long)want_c);
             return HSI_FAIL(HSI_ERR_ARG, "layer '%s' (%s %d-D) expects (%s, %d spatial dims) per "
-                                         "sample, gets %s", layer_name(m), conv ? "conv" : "pool",
+                                         "sample, gets %s", hsi_module_label(m), conv ? "conv" : "pool",
                             m->nd, c, m->nd, got);
         }
         L->sp_nd = m->nd;
@@ -459,7 +451,7 @@ static hsi_status plan_shape(hsi_layer *L)
             st = hsi_layer_pool_dims(&pd, L, 1);
             out = pd.out;
         }
-        if (st != HSI_OK) return hsi_fail_context(st, "layer '%s' on %s", layer_name(m), got);
+        if (st != HSI_OK) return hsi_fail_context(st, "layer '%s' on %s", hsi_module_label(m), got);
         for (int i = 0; i < m->nd; i++) L->out_shape[1 + i] = out[i];
         break;
     }
@@ -468,7 +460,7 @@ static hsi_status plan_shape(hsi_layer *L)
         if (L->in_nd < (m->kind == HSI_MOD_GAP ? 2 : 1) ||
             (m->kind == HSI_MOD_BATCHNORM && L->in_shape[0] != m->out_features))
             return HSI_FAIL(HSI_ERR_ARG, "layer '%s' (%s) expects (C%s, ...) per sample, gets %s",
-                            layer_name(m), m->kind == HSI_MOD_GAP ? "global average pool" : "batch norm",
+                            hsi_module_label(m), m->kind == HSI_MOD_GAP ? "global average pool" : "batch norm",
                             m->kind == HSI_MOD_GAP ? "" : " = channels", got);
         L->c = (int)L->in_shape[0];
         L->s = shape_prod(L->in_shape + 1, L->in_nd - 1);
@@ -477,7 +469,7 @@ static hsi_status plan_shape(hsi_layer *L)
     case HSI_MOD_LINEAR:
         if (L->in_nd != 1 || L->in_shape[0] != m->in_features)
             return HSI_FAIL(HSI_ERR_ARG, "layer '%s' (linear) expects (%d) per sample, gets %s",
-                            layer_name(m), m->in_features, got);
+                            hsi_module_label(m), m->in_features, got);
         L->out_shape[0] = m->out_features;
         break;
     case HSI_MOD_RELU:
@@ -504,13 +496,13 @@ static hsi_status plan_shape(hsi_layer *L)
         if (shape_prod(L->out_shape, L->out_nd) != L->in_per)
         {
             char want[160];
-            return HSI_FAIL(HSI_ERR_ARG, "layer '%s' (reshape) cannot make %s of %s", layer_name(m),
-                            sample_str(want, sizeof want, m->reshape_nd, m->reshape), got);
+            return HSI_FAIL(HSI_ERR_ARG, "layer '%s' (reshape) cannot make %s of %s", hsi_module_label(m),
+                            hsi_eng_shape_str(want, sizeof want, m->reshape_nd, m->reshape), got);
         }
         break;
     }
     default:
-        return HSI_FAIL(HSI_ERR_ARG, "layer '%s': module kind %d cannot run", layer_name(m),
+        return HSI_FAIL(HSI_ERR_ARG, "layer '%s': module kind %d cannot run", hsi_module_label(m),
                         (int)m->kind);
     }
     L->out_per = shape_prod(L->out_shape, L->out_nd);

@@ -88,6 +88,8 @@ hsi_status hsi_module_state(hsi_module *m, hsi_named_tensor **out, int *n);
 hsi_status hsi_module_params(hsi_module *m, hsi_named_tensor **out, int *n);
 int64_t hsi_module_param_count(hsi_module *m); /* trainable elements */
 hsi_tensor *hsi_module_find(hsi_module *m, const char *full_name);
+/* m's full name for messages: "(root)" for the root */
+const char *hsi_module_label(const hsi_module *m);
 void hsi_module_zero_grad(hsi_module *m);
 
 /* One leaf module and the shapes it sees for one sample (no batch axis):
