@@ -16,6 +16,20 @@
 extern "C" {
 #endif
 
+/* g's kernel, stride, pad, input and output sizes per axis (KD .. OW) from
+ * the dims d of a convolution or pooling; 2-D as 3-D with depth 1. */
+#define HSI_AXES3(g, d)                                                                            \
+    do {                                                                                           \
+        int o_ = (d)->nd == 3 ? 0 : -1;                                                            \
+        (g)->KD = o_ < 0 ? 1 : (d)->ker[0], (g)->SD = o_ < 0 ? 1 : (d)->stride[0];                 \
+        (g)->PD = o_ < 0 ? 0 : (d)->pad[0], (g)->ID = o_ < 0 ? 1 : (d)->in[0];                     \
+        (g)->OD = o_ < 0 ? 1 : (d)->out[0];                                                        \
+        (g)->KH = (d)->ker[o_ + 1], (g)->SH = (d)->stride[o_ + 1], (g)->PH = (d)->pad[o_ + 1];     \
+        (g)->IH = (d)->in[o_ + 1], (g)->OH = (d)->out[o_ + 1];                                     \
+        (g)->KW = (d)->ker[o_ + 2], (g)->SW = (d)->stride[o_ + 2], (g)->PW = (d)->pad[o_ + 2];     \
+        (g)->IW = (d)->in[o_ + 2], (g)->OW = (d)->out[o_ + 2];                                     \
+    } while (0)
+
 /* One chunk of nc samples of a convolution (2-D as 3-D with depth 1). */
 typedef struct hsi_im2col_geom {
     int32_t C, KD, KH, KW, SD, SH, SW, PD, PH, PW, ID, IH, IW, OD, OH, OW;
@@ -27,15 +41,9 @@ typedef struct hsi_im2col_geom {
  * (then the 64-bit kernels run). */
 static inline int hsi_im2col_geom_make(hsi_im2col_geom *g, const hsi_conv_dims *d, int64_t nc)
 {
-    int o = d->nd == 3 ? 0 : -1;
     int64_t ck, os, is;
     g->C = d->c;
-    g->KD = o < 0 ? 1 : d->ker[0], g->SD = o < 0 ? 1 : d->stride[0], g->PD = o < 0 ? 0 : d->pad[0];
-    g->ID = o < 0 ? 1 : d->in[0], g->OD = o < 0 ? 1 : d->out[0];
-    g->KH = d->ker[o + 1], g->SH = d->stride[o + 1], g->PH = d->pad[o + 1];
-    g->IH = d->in[o + 1], g->OH = d->out[o + 1];
-    g->KW = d->ker[o + 2], g->SW = d->stride[o + 2], g->PW = d->pad[o + 2];
-    g->IW = d->in[o + 2], g->OW = d->out[o + 2];
+    HSI_AXES3(g, d);
     ck = (int64_t)g->C * g->KD * g->KH * g->KW;
     os = (int64_t)g->OD * g->OH * g->OW;
     is = (int64_t)g->ID * g->IH * g->IW;
@@ -120,14 +128,8 @@ typedef struct hsi_pool_geom32 {
 /* g for d: 1, or 0 when the input or the output reach 2^31 elements. */
 static inline int hsi_pool_geom32_make(hsi_pool_geom32 *g, const hsi_pool_dims *d)
 {
-    int o = d->nd == 3 ? 0 : -1;
     int64_t planes = (int64_t)d->n * d->c, is, os;
-    g->KD = o < 0 ? 1 : d->ker[0], g->SD = o < 0 ? 1 : d->stride[0], g->PD = o < 0 ? 0 : d->pad[0];
-    g->ID = o < 0 ? 1 : d->in[0], g->OD = o < 0 ? 1 : d->out[0];
-    g->KH = d->ker[o + 1], g->SH = d->stride[o + 1], g->PH = d->pad[o + 1];
-    g->IH = d->in[o + 1], g->OH = d->out[o + 1];
-    g->KW = d->ker[o + 2], g->SW = d->stride[o + 2], g->PW = d->pad[o + 2];
-    g->IW = d->in[o + 2], g->OW = d->out[o + 2];
+    HSI_AXES3(g, d);
     is = (int64_t)g->ID * g->IH * g->IW;
     os = (int64_t)g->OD * g->OH * g->OW;
     if (planes * is >= ((int64_t)1 << 31) || planes * os >= ((int64_t)1 << 31)) return 0;
