@@ -93,7 +93,7 @@ static double sgemm_rate(int threads)
 static hsi_status time_on_gpu(double *train_sps, double *infer_sps, char *conv_name, size_t n_name,
                               hsi_module *m, const int64_t *xs, int nd, const hsi_tensor *x,
                               const hsi_tensor *y, long long steps, long long warmup,
-                              hsi_gpu_conv conv, int ops)
+                              hsi_gpu_conv conv, int ops, int graph, long long *launches)
 {
     hsi_status st = HSI_OK;
     hsi_dmodel *dm = NULL;
@@ -105,6 +105,7 @@ static hsi_status time_on_gpu(double *train_sps, double *infer_sps, char *conv_n
     hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
     HSI_TRY(hsi_dmodel_create(&dm, m, nd - 1, xs + 1, n, &cfg, 1));
     HSI_TRY(hsi_dmodel_set_conv(dm, conv));
+    HSI_TRY(hsi_dmodel_set_graph(dm, graph));
     snprintf(conv_name, n_name, "%s", hsi_dmodel_conv_name(dm));
     if (!(y32 = malloc(sizeof *y32 * (size_t)n))) {
         st = HSI_FAIL(HSI_ERR_NOMEM, "out of memory");
@@ -125,6 +126,7 @@ static hsi_status time_on_gpu(double *train_sps, double *infer_sps, char *conv_n
     }
     HSI_TRY(hsi_cuda_sync());
     *train_sps = (double)(n * steps) / (hsi_now() - t0);
+    *launches = (long long)hsi_dmodel_graph_launches(dm);
     if (ops) {
         hsi_op_profile(1);
         for (long long s = 0; s < steps && st == HSI_OK; s++) st = hsi_dmodel_train_step(dm, x_d, y_d, n);
@@ -159,7 +161,7 @@ static int bench_model(int argc, char **argv)
     hsi_conv_impl conv_impl = HSI_CONV_IMPL_AUTO;
     hsi_gpu_conv gpu_conv = HSI_GPU_CONV_AUTO;
     hsi_conv_simd simd = HSI_CONV_SIMD_AUTO;
-    int json = 0, ops = 0, bound = 0, rc = HSI_EXIT_FAIL;
+    int json = 0, ops = 0, bound = 0, graph = 0, rc = HSI_EXIT_FAIL;
     hsi_device dev = HSI_DEVICE_CPU;
     hsi_status st = HSI_OK;
     hsi_module *m = NULL;
@@ -188,6 +190,8 @@ static int bench_model(int argc, char **argv)
             ops = 1;
         } else if (!strcmp(argv[i], "--bound")) {
             bound = 1;
+        } else if (!strcmp(argv[i], "--graph")) {
+            graph = 1;
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) {
             if (!hsi_cli_parse_device(cmd, v, &dev)) return HSI_EXIT_USAGE;
         } else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) {
@@ -222,6 +226,8 @@ static int bench_model(int argc, char **argv)
         return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
     if (dev == HSI_DEVICE_CUDA && bound)
         return hsi_cli_usage_error(cmd, "--bound times the CPU engine (not with --device cuda)");
+    if (dev != HSI_DEVICE_CUDA && graph)
+        return hsi_cli_usage_error(cmd, "--graph captures the GPU's training step (--device cuda only)");
     hsi_conv_set_impl(conv_impl);
     hsi_conv_set_simd(simd);
     hsi_manual_seed(1);
@@ -242,19 +248,22 @@ static int bench_model(int argc, char **argv)
     for (int64_t i = 0; i < batch; i++) yp[i] = (int64_t)(hsi_rng_next(&r) % (uint64_t)classes);
     if (dev == HSI_DEVICE_CUDA) {
         double tr = 0, inf = 0;
+        long long launches = 0;
         char conv_name[64] = "";
         HSI_TRY(time_on_gpu(&tr, &inf, conv_name, sizeof conv_name, m, xs, nd, x, y, steps, warmup,
-                            gpu_conv, ops));
+                            gpu_conv, ops, graph, &launches));
         if (json)
             printf("{\"model\": \"%s\", \"device\": \"cuda\", \"batch\": %lld, \"bands\": %lld, "
                    "\"patch\": %lld, \"classes\": %lld, \"steps\": %lld, \"train_samples_per_s\": "
-                   "%.1f, \"infer_samples_per_s\": %.1f, \"params\": %lld, \"conv\": \"%s\"}\n",
+                   "%.1f, \"infer_samples_per_s\": %.1f, \"params\": %lld, \"conv\": \"%s\", "
+                   "\"graph_launches\": %lld}\n",
                    name, batch, bands, patch, classes, steps, tr, inf,
-                   (long long)hsi_module_param_count(m), conv_name);
+                   (long long)hsi_module_param_count(m), conv_name, launches);
         else
             printf("model %s on the GPU: batch %lld, input %lldx%lldx%lld, %lld classes, "
-                   "convolutions by %s\n  train: %.1f samples/s\n  infer: %.1f samples/s\n",
-                   name, batch, bands, patch, patch, classes, conv_name, tr, inf);
+                   "convolutions by %s%s\n  train: %.1f samples/s\n  infer: %.1f samples/s\n",
+                   name, batch, bands, patch, patch, classes, conv_name,
+                   graph ? ", training steps as one CUDA Graph" : "", tr, inf);
         rc = HSI_EXIT_OK;
         goto cleanup;
     }
@@ -357,7 +366,7 @@ HSI_CLI_COMMAND(bench_model,
                  "                             [--classes 16] [--threads 2] [--steps 20]\n"
                  "                             [--warmup 3] [--json] [--ops] [--bound]\n"
                  "                             [--conv auto|direct|gemm|cudnn] [--simd auto|avx2]\n"
-                 "                             [--device cpu|cuda]\n"
+                 "                             [--device cpu|cuda] [--graph]\n"
                  "\n"
                  "Times training steps (forward, cross-entropy, backward, AdamW) and\n"
                  "no-grad inference batches of model NAME (cnn2d, hybridsn, cnn1d) on random\n"
@@ -384,5 +393,8 @@ HSI_CLI_COMMAND(bench_model,
                  "HSI_CUDNN_ALGO=fastest), or an error saying why it cannot run. direct\n"
                  "is the CPU's only and cudnn the GPU's only: each is a usage error on\n"
                  "the other device. --ops: the training step's time per op and layer on\n"
-                 "stderr, from extra steps that wait for each layer.\n",
+                 "stderr, from extra steps that wait for each layer. --graph: each\n"
+                 "training step (from the third) is one CUDA Graph launch instead of a\n"
+                 "launch per kernel (the JSON's graph_launches counts them; the same\n"
+                 "results bit for bit).\n",
                  bench_model})

@@ -84,6 +84,9 @@ static const char train_usage[] =
     "                      TF32; the fastest deterministic algorithms; an error when\n"
     "                      it cannot run). direct is the CPU's only, cudnn the GPU's\n"
     "                      only. train.log says which ran\n"
+    "  --cuda-graph        GPU: each full batch's training step (zeroing, forward,\n"
+    "                      loss, backward, AdamW) as one CUDA Graph launch instead\n"
+    "                      of one per kernel; the same results bit for bit\n"
     "  --resume            continue from DIR/train_state.safetensors\n"
     "  --overwrite         replace a run already in DIR (refused otherwise)\n"
     "  --quiet             no progress lines\n"
@@ -253,6 +256,7 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
             c->threads = (int)k;
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) { NEED("--device"); c->device = v; }
         else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) { NEED("--conv"); c->conv = v; }
+        else if (!strcmp(argv[i], "--cuda-graph")) c->cuda_graph = 1;
         else if (hsi_cli_opt(argc, argv, &i, "--bn", &v)) {
             NEED("--bn");
             if (!strcmp(v, "sync")) c->bn_sync = 1;
@@ -302,6 +306,9 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
     if (hsi_device_parse(&dev, c->device, "--device") == HSI_OK &&
         hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK)
         return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
+    if (c->cuda_graph && hsi_device_parse(&dev, c->device, "--device") == HSI_OK && dev == HSI_DEVICE_CPU)
+        return hsi_cli_usage_error(cmd, "--cuda-graph captures the GPU's training step: it needs "
+                                        "--device cuda (or auto)");
     return HSI_EXIT_OK;
 }
 

@@ -168,9 +168,12 @@ static hsi_status stream_wait_event(void *s, void *e)
 
 static hsi_status memcpy_async(void *dst, const void *src, size_t n, int dir, void *s)
 {
-    CU_RET(cudaMemcpyAsync(dst, src, n, dir ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
-                               (cudaStream_t)s),
-               dir ? "device-to-host copy" : "host-to-device copy");
+    static const cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                           cudaMemcpyDeviceToDevice};
+    static const char *const names[] = {"host-to-device copy", "device-to-host copy",
+                                        "device-to-device copy"};
+    if (dir < 0 || dir > 2) return hsi_fail(HSI_ERR_ARG, "CUDA copy: unknown direction %d", dir);
+    CU_RET(cudaMemcpyAsync(dst, src, n, kinds[dir], (cudaStream_t)s), names[dir]);
     return HSI_OK;
 }
 
@@ -188,6 +191,42 @@ static hsi_status set_device(int d)
 {
     CU_RET(cudaSetDevice(d), "selecting the CUDA device");
     return HSI_OK;
+}
+
+/* ------------------------------------------------------------ CUDA Graphs */
+
+static hsi_status capture_begin(void *s)
+{
+    CU_RET(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeThreadLocal),
+           "starting a CUDA Graph capture");
+    return HSI_OK;
+}
+
+static hsi_status capture_end(void *s, void **exec)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    *exec = NULL;
+    cudaError_t e = cudaStreamEndCapture((cudaStream_t)s, &g);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&x, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return hsi_fail(HSI_ERR_CUDA, "capturing a CUDA Graph: %s", cudaGetErrorString(e));
+    }
+    *exec = x;
+    return HSI_OK;
+}
+
+static hsi_status graph_launch(void *x, void *s)
+{
+    CU_RET(cudaGraphLaunch((cudaGraphExec_t)x, (cudaStream_t)s), "launching a CUDA Graph");
+    return HSI_OK;
+}
+
+static void graph_destroy(void *x)
+{
+    if (x) cudaGraphExecDestroy((cudaGraphExec_t)x);
 }
 
 /* ------------------------------------------------------------ the table */
@@ -216,6 +255,10 @@ static hsi_cuda_plugin make_table(void)
     t.memcpy_async = memcpy_async;
     t.get_device = get_device;
     t.set_device = set_device;
+    t.capture_begin = capture_begin;
+    t.capture_end = capture_end;
+    t.graph_launch = graph_launch;
+    t.graph_destroy = graph_destroy;
     return t;
 }
 

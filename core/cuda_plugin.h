@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define HSI_CUDA_PLUGIN_ABI 5
+#define HSI_CUDA_PLUGIN_ABI 6
 /* The plugin's file name and its one exported symbol, a
  * `const hsi_cuda_plugin *(void)` returning its table. */
 #define HSI_CUDA_PLUGIN_FILE "libhsi_cuda.so"
@@ -55,10 +55,23 @@ typedef struct hsi_cuda_plugin {
     hsi_status (*event_record)(void *event, void *stream);
     hsi_status (*event_sync)(void *event);
     hsi_status (*stream_wait_event)(void *stream, void *event);
-    /* dir: 0 host -> device, 1 device -> host. */
+    /* dir: 0 host -> device, 1 device -> host, 2 device -> device. */
     hsi_status (*memcpy_async)(void *dst, const void *src, size_t n, int dir, void *stream);
     int (*get_device)(void);
     hsi_status (*set_device)(int device);
+
+    /* ---- CUDA Graphs (models/model_cuda.c: a captured training step).
+     * capture_begin: from then on the work this thread queues on `stream`
+     * (not the legacy stream) is recorded, not run; a call that cannot be
+     * captured fails (thread-local mode: other threads are not
+     * restricted). capture_end stops recording and instantiates the graph
+     * (*exec: a cudaGraphExec_t), or fails when the capture went wrong
+     * (nothing kept). graph_launch queues one run of it on `stream` (any
+     * stream, the legacy one too). */
+    hsi_status (*capture_begin)(void *stream);
+    hsi_status (*capture_end)(void *stream, void **exec);
+    hsi_status (*graph_launch)(void *exec, void *stream);
+    void (*graph_destroy)(void *exec);
 } hsi_cuda_plugin;
 
 typedef const hsi_cuda_plugin *(*hsi_cuda_plugin_entry_fn)(void);

@@ -68,6 +68,18 @@ hsi_status hsi_cuda_buffer(hsi_buffer **out, size_t size);
  * page-locked host staging blocks. */
 void hsi_cuda_cache_trim(void);
 
+/* Scratch for a CUDA Graph capture: while set on this thread, the
+ * launchers' temporary allocations (hsi_cuda_malloc ... hsi_cuda_free
+ * within one call, last in first out) are carved out of [base, base +
+ * bytes), a caller's device block, with no allocator call and at the same
+ * addresses each time the same calls repeat. A request that does not fit
+ * comes from the cache, or with `strict` fails with HSI_ERR_NOMEM.
+ * hsi_cuda_scratch_end stops it and returns the bytes the requests since
+ * begin needed at most (with base NULL and bytes 0: a measurement). Not
+ * nested; ARG when already set. */
+hsi_status hsi_cuda_scratch_begin(void *base, size_t bytes, int strict);
+size_t hsi_cuda_scratch_end(void);
+
 typedef struct hsi_cuda_mem_stats {
     int64_t in_use_bytes;  /* handed out and not freed (rounded sizes) */
     int64_t cached_bytes;  /* free blocks kept for reuse */
@@ -95,6 +107,8 @@ hsi_status hsi_cuda_upload(void *dev, const void *host, size_t n);
 hsi_status hsi_cuda_download(void *host, const void *dev, size_t n);
 /* Sets n bytes of device memory to `value` on this thread's stream (no wait). */
 hsi_status hsi_cuda_memset(void *dev, int value, size_t n);
+/* Copies n bytes device -> device on this thread's stream (no wait). */
+hsi_status hsi_cuda_copy(void *dst, const void *src, size_t n);
 
 /* ----------------------------------------------------------- kernels */
 

@@ -135,10 +135,94 @@ static int64_t find_free(size_t cls, cudaStream_t s, int *wait)
     return other;
 }
 
+static hsi_status hsi_cuda_malloc_cached(void **out, size_t size);
+
+/* This thread's scratch (hsi_cuda_scratch_begin): a stack of the live
+ * requests, each at its offset in the caller's block (when it fits; else
+ * from the cache), so that the peak is what the block must hold. */
+#define SCRATCH_MAX 64
+typedef struct cu_scratch {
+    int on, strict, n;
+    char *base;
+    size_t cap, top, need;
+    struct {
+        void *ptr;
+        size_t off;
+        int in_block, freed;
+    } e[SCRATCH_MAX];
+} cu_scratch;
+static __thread cu_scratch t_scr;
+
+extern "C" hsi_status hsi_cuda_scratch_begin(void *base, size_t bytes, int strict)
+{
+    HSI_CU_TRY(hsi_cuda_require("device scratch"));
+    if (t_scr.on) return hsi_fail(HSI_ERR_ARG, "device scratch: already set on this thread");
+    memset(&t_scr, 0, sizeof t_scr);
+    t_scr.on = 1;
+    t_scr.strict = strict;
+    t_scr.base = (char *)base;
+    t_scr.cap = base ? bytes : 0;
+    return HSI_OK;
+}
+
+extern "C" size_t hsi_cuda_scratch_end(void)
+{
+    size_t need = t_scr.need;
+    t_scr.on = 0;
+    return need;
+}
+
+/* A request while the scratch is on: the block's next place, else (not
+ * strict) the cache; pushed on the stack either way (beyond SCRATCH_MAX
+ * live requests: the cache's, not tracked). */
+static hsi_status scratch_malloc(void **out, size_t size)
+{
+    cu_scratch *S = &t_scr;
+    size_t sz = size ? (size + 255) / 256 * 256 : 256;
+    int fits = S->n < SCRATCH_MAX && S->top + sz <= S->cap;
+    if (S->top + sz > S->need) S->need = S->top + sz;
+    if (fits) {
+        *out = S->base + S->top;
+    } else {
+        if (S->strict)
+            return hsi_fail(HSI_ERR_NOMEM, "device scratch: a request of %zu bytes does not fit "
+                                           "(%zu of %zu bytes in use, %d requests)",
+                            size, S->top, S->cap, S->n);
+        hsi_status st = hsi_cuda_malloc_cached(out, size);
+        if (st != HSI_OK || S->n == SCRATCH_MAX) return st;
+    }
+    S->e[S->n].ptr = *out;
+    S->e[S->n].off = S->top;
+    S->e[S->n].in_block = fits;
+    S->e[S->n].freed = 0;
+    S->n++;
+    S->top += sz;
+    return HSI_OK;
+}
+
+/* 1 when p was the scratch's own (then nothing else to do); pops the
+ * freed requests off the top of the stack */
+static int scratch_give(void *p)
+{
+    cu_scratch *S = &t_scr;
+    int i = S->n - 1, own = 0;
+    while (i >= 0 && (S->e[i].ptr != p || S->e[i].freed)) i--;
+    if (i < 0) return 0;
+    S->e[i].freed = 1;
+    own = S->e[i].in_block;
+    while (S->n > 0 && S->e[S->n - 1].freed) S->top = S->e[--S->n].off;
+    return own;
+}
+
 extern "C" hsi_status hsi_cuda_malloc(void **out, size_t size)
 {
     *out = NULL;
     HSI_CU_TRY(hsi_cuda_require("device allocation"));
+    return t_scr.on ? scratch_malloc(out, size) : hsi_cuda_malloc_cached(out, size);
+}
+
+static hsi_status hsi_cuda_malloc_cached(void **out, size_t size)
+{
     const cudaStream_t s = hsi_cu_stream();
     hsi_status st = HSI_OK;
     cu_block b = {NULL, 0, s, NULL};
@@ -217,6 +301,7 @@ static int record_free(cu_block *b, cudaStream_t s)
 extern "C" void hsi_cuda_free(void *p)
 {
     if (!p) return;
+    if (t_scr.on && scratch_give(p)) return;
     const cudaStream_t s = hsi_cu_stream();
     const int exact = no_cache();
     pthread_mutex_lock(&g_mem_lock);
@@ -369,6 +454,15 @@ extern "C" hsi_status hsi_cuda_memset(void *dev, int value, size_t n)
     return HSI_OK;
 }
 
+extern "C" hsi_status hsi_cuda_copy(void *dst, const void *src, size_t n)
+{
+    HSI_CU_TRY(hsi_cuda_require("device-to-device copy"));
+    if (n == 0) return HSI_OK;
+    HSI_CU_RET(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, hsi_cu_stream()),
+               "device-to-device copy");
+    return HSI_OK;
+}
+
 extern "C" hsi_status hsi_cuda_view_to_device(hsi_view *out, const hsi_view *in, hsi_dtype dtype)
 {
     hsi_status st = HSI_OK;
@@ -441,6 +535,9 @@ static hsi_cuda_kernel_ops make_ops(void)
     t.upload = hsi_cuda_upload;
     t.download = hsi_cuda_download;
     t.memset = hsi_cuda_memset;
+    t.copy = hsi_cuda_copy;
+    t.scratch_begin = hsi_cuda_scratch_begin;
+    t.scratch_end = hsi_cuda_scratch_end;
     t.stats_compute = hsi_stats_compute_cuda;
     t.fused_run = hsi_fused_run_cuda;
     t.covariance = hsi_covariance_cuda;

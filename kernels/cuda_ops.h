@@ -23,6 +23,9 @@ typedef struct hsi_cuda_kernel_ops {
     hsi_status (*upload)(void *dev, const void *host, size_t n);
     hsi_status (*download)(void *host, const void *dev, size_t n);
     hsi_status (*memset)(void *dev, int value, size_t n);
+    hsi_status (*copy)(void *dst, const void *src, size_t n);
+    hsi_status (*scratch_begin)(void *base, size_t bytes, int strict);
+    size_t (*scratch_end)(void);
     hsi_status (*stats_compute)(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts);
     hsi_status (*fused_run)(float *out, int out_on_device, const hsi_view *cube,
                             const hsi_norm *norm, const hsi_pca *pca, const hsi_fused_opts *opts);

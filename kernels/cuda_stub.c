@@ -119,6 +119,24 @@ hsi_status hsi_cuda_memset(void *dev, int value, size_t n)
     return t ? t->memset(dev, value, n) : HSI_ERR_NO_CUDA;
 }
 
+hsi_status hsi_cuda_copy(void *dst, const void *src, size_t n)
+{
+    const hsi_cuda_kernel_ops *t = plugin("device-to-device copy");
+    return t ? t->copy(dst, src, n) : HSI_ERR_NO_CUDA;
+}
+
+hsi_status hsi_cuda_scratch_begin(void *base, size_t bytes, int strict)
+{
+    const hsi_cuda_kernel_ops *t = plugin("device scratch");
+    return t ? t->scratch_begin(base, bytes, strict) : HSI_ERR_NO_CUDA;
+}
+
+size_t hsi_cuda_scratch_end(void)
+{
+    const hsi_cuda_kernel_ops *t = plugin_if_used();
+    return t ? t->scratch_end() : 0;
+}
+
 hsi_status hsi_stats_compute_cuda(hsi_stats *out, const hsi_view *cube, const hsi_stats_opts *opts)
 {
     memset(out, 0, sizeof *out);

@@ -47,6 +47,11 @@ typedef struct hsi_cuda_model_ops {
                                          int64_t ignore_index);
     hsi_status (*adam_step)(float *p, const float *g, float *m, float *v, int64_t n,
                             const hsi_optim_config *cfg, int64_t step);
+    hsi_status (*step_scalars_set)(hsi_step_scalars *dev, const hsi_step_scalars *s);
+    hsi_status (*dropout_forward_dev)(float *y, float *mask, const float *x, int64_t n, double p,
+                                      const hsi_step_scalars *dev, uint64_t add);
+    hsi_status (*adam_step_dev)(float *p, const float *g, float *m, float *v, int64_t n,
+                                const hsi_optim_config *cfg, const hsi_step_scalars *dev);
     /* convolutions by cuDNN (models/cudnn.cu) */
     hsi_status (*conv_cudnn_available)(int *version);
     hsi_status (*conv_forward_cudnn)(float *y, const float *x, const float *w, const float *b,

@@ -10,6 +10,7 @@
 #ifndef HSI_LAYERS_CUDA_H
 #define HSI_LAYERS_CUDA_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -186,6 +187,39 @@ hsi_status hsi_cross_entropy_backward_cuda(float *dz, const float *dloss, const 
  * hsi_optim_step's float path: bias corrections in double on the host. */
 hsi_status hsi_adam_step_cuda(float *p, const float *g, float *m, float *v, int64_t n,
                               const hsi_optim_config *cfg, int64_t step);
+
+/* Adam's factors at `step`, in double on the host as hsi_optim_step's:
+ * f[0] = lr / (1 - beta1^step), f[1] = sqrt(1 - beta2^step), f[2] = 1 - lr
+ * * weight_decay (AdamW's decay). */
+static inline void hsi_adam_factors(float f[3], const hsi_optim_config *c, int64_t step)
+{
+    double bc1 = 1 - pow(c->beta1, (double)step), bc2 = 1 - pow(c->beta2, (double)step);
+    f[0] = (float)(c->lr / bc1);
+    f[1] = (float)sqrt(bc2);
+    f[2] = (float)(1 - c->lr * c->weight_decay);
+}
+
+/* ------------------------------------------------- per-step device values */
+
+/* What changes from one training step to the next, kept in device memory
+ * and read by the kernels when they run, so that a step captured once (a
+ * CUDA Graph, models/model_cuda.h) replays with each step's values. */
+typedef struct hsi_step_scalars {
+    uint64_t dropout_key; /* a dropout layer's masks: seed dropout_key + its offset */
+    float adam[3];        /* hsi_adam_factors of the step */
+    float unused;
+} hsi_step_scalars;
+/* *dev = *s, queued on this thread's stream as a kernel's argument: s may
+ * change as soon as this returns (no host copy waits for it). */
+hsi_status hsi_step_scalars_set_cuda(hsi_step_scalars *dev, const hsi_step_scalars *s);
+/* hsi_dropout_forward_cuda with the seed dev->dropout_key + add (the same
+ * masks as that seed given on the host). */
+hsi_status hsi_dropout_forward_dev_cuda(float *y, float *mask, const float *x, int64_t n, double p,
+                                        const hsi_step_scalars *dev, uint64_t add);
+/* hsi_adam_step_cuda with the factors dev->adam (the same bits as
+ * hsi_adam_step_cuda at the step they were made for). */
+hsi_status hsi_adam_step_dev_cuda(float *p, const float *g, float *m, float *v, int64_t n,
+                                  const hsi_optim_config *cfg, const hsi_step_scalars *dev);
 
 #ifdef __cplusplus
 }

@@ -162,3 +162,20 @@ hsi_status hsi_adam_step_cuda(float *p, const float *g, float *m, float *v, int6
     PLUGIN(t, "Adam step");
     return t->adam_step(p, g, m, v, n, cfg, step);
 }
+hsi_status hsi_step_scalars_set_cuda(hsi_step_scalars *dev, const hsi_step_scalars *s)
+{
+    PLUGIN(t, "training step values");
+    return t->step_scalars_set(dev, s);
+}
+hsi_status hsi_dropout_forward_dev_cuda(float *y, float *mask, const float *x, int64_t n, double p,
+                                        const hsi_step_scalars *dev, uint64_t add)
+{
+    PLUGIN(t, "dropout");
+    return t->dropout_forward_dev(y, mask, x, n, p, dev, add);
+}
+hsi_status hsi_adam_step_dev_cuda(float *p, const float *g, float *m, float *v, int64_t n,
+                                  const hsi_optim_config *cfg, const hsi_step_scalars *dev)
+{
+    PLUGIN(t, "Adam step");
+    return t->adam_step_dev(p, g, m, v, n, cfg, dev);
+}

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cuda_plugin.h"
 #include "kernels/cuda.h"
 #include "models/layers_cuda.h"
 
@@ -77,6 +78,16 @@ struct hsi_dmodel {
     float *arena;
     int64_t arena_n, arena_used;
     int folds_valid;              /* the wf, bf of the fold layers match the parameters */
+    hsi_step_scalars *scal;       /* this step's dropout key and Adam factors, on the device */
+    int has_dropout;
+    /* the training step as a CUDA Graph (hsi_dmodel_set_graph) */
+    int graph;                    /* asked for */
+    int graph_state;              /* 0: not measured, 1: scratch and inputs made, 2: captured */
+    void *gexec, *gstream, *gscratch;
+    size_t gscratch_bytes;
+    float *gx;                    /* the captured step's input and labels */
+    int32_t *gy;
+    int64_t graph_launches;
 };
 
 /* f32 packed host tensor -> new device copy */
@@ -209,11 +220,9 @@ static hsi_status bn_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, i
 {
     (void)d;
     const hsi_module *m = L->g.mod;
-    hsi_status st = (L->dnn_bn ? hsi_bn_forward_cudnn : hsi_bn_forward_cuda)(
+    return (L->dnn_bn ? hsi_bn_forward_cudnn : hsi_bn_forward_cuda)(
         y, L->save_mean, L->save_invstd, L->rm, L->rv, x, L->w, L->b, (int)n, L->g.c, L->g.s,
-        (float)m->eps, (float)m->momentum, training);
-    if (st == HSI_OK && training) L->num_batches++;
-    return st;
+        (float)m->eps, (float)m->momentum, training); /* num_batches: count_step */
 }
 
 static hsi_status bn_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
@@ -265,15 +274,15 @@ static hsi_status relu_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *d
 
 static hsi_status dropout_plan(hsi_dmodel *d, dm_layer *L)
 {
+    d->has_dropout = 1;
     return dzeros(&L->mask, d->max_batch * L->g.in_per);
 }
 
 static hsi_status dropout_fwd(hsi_dmodel *d, dm_layer *L, float *y, const float *x, int64_t n,
                               int training)
 {
-    double p = training ? L->g.mod->p : 0.0;
-    uint64_t key = d->seed + (uint64_t)d->calls * 0x100000001B3ull + (uint64_t)L->index;
-    return hsi_dropout_forward_cuda(y, L->mask, x, n * L->g.in_per, p, key);
+    double p = training ? L->g.mod->p : 0.0; /* the key: set_scalars */
+    return hsi_dropout_forward_dev_cuda(y, L->mask, x, n * L->g.in_per, p, d->scal, (uint64_t)L->index);
 }
 
 static hsi_status dropout_bwd(hsi_dmodel *d, dm_layer *L, float *dx, const float *dy, const float *x,
@@ -438,6 +447,8 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
     snprintf(d->conv_name, sizeof d->conv_name, "gemm");
     HSI_TRY(dzeros(&d->prob, max_batch * d->classes));
     HSI_TRY(dzeros(&d->loss, 2));
+    HSI_TRY(hsi_cuda_malloc((void **)&d->scal, sizeof *d->scal));
+    HSI_TRY(hsi_cuda_memset(d->scal, 0, sizeof *d->scal));
     *out = d;
     d = NULL;
 cleanup:
@@ -446,9 +457,15 @@ cleanup:
     return st;
 }
 
+static void graph_drop(hsi_dmodel *d);
+
 void hsi_dmodel_free(hsi_dmodel *d)
 {
     if (!d) return;
+    graph_drop(d);
+    const hsi_cuda_plugin *cu = d->gstream ? hsi_cuda_plugin_get() : NULL;
+    if (cu) cu->stream_destroy(d->gstream);
+    hsi_cuda_free(d->scal);
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
         float *p[] = {L->rm, L->rv, L->save_mean, L->save_invstd, L->mask, L->wf, L->bf}; /* the rest is in the arena */
@@ -530,6 +547,7 @@ hsi_status hsi_dmodel_set_conv(hsi_dmodel *d, hsi_gpu_conv mode)
         L->dnn_fwd = dnn;
         L->dnn_bwd = dnn && (mode == HSI_GPU_CONV_CUDNN || auto_dnn_backward(L));
     }
+    graph_drop(d); /* other launches from now on */
     if (!any_dnn)
         snprintf(d->conv_name, sizeof d->conv_name, "gemm");
     else
@@ -672,12 +690,24 @@ static hsi_status forward(hsi_dmodel *d, int64_t n, int training)
     return st;
 }
 
-hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
+/* The values of the step the next launches belong to, into d->scal
+ * (stream-ordered): dropout's key from the forward calls so far, Adam's
+ * factors at `step`. The kernels read them when they run, so a captured
+ * step replays with each step's. */
+static hsi_status set_scalars(hsi_dmodel *d, int64_t step)
+{
+    hsi_step_scalars v;
+    memset(&v, 0, sizeof v);
+    v.dropout_key = d->seed + (uint64_t)d->calls * 0x100000001B3ull;
+    if (step >= 1) hsi_adam_factors(v.adam, &d->cfg, step);
+    return hsi_step_scalars_set_cuda(d->scal, &v);
+}
+
+/* forward_backward's launches: gradients zeroed, forward in training mode,
+ * the loss and backward (the host counters: count_forward) */
+static hsi_status fb_launch(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
 {
     hsi_status st = HSI_OK;
-    if (n < 1 || n > d->max_batch)
-        return HSI_FAIL(HSI_ERR_ARG, "device model: batch of %lld samples (1..%lld)", (long long)n,
-                        (long long)d->max_batch);
     bind(d, x);
     double t0;
     /* gradients accumulate: start from zero */
@@ -687,10 +717,7 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
             HSI_TRY(hsi_cuda_memset(d->own_dact[i], 0, sizeof(float) * (size_t)(n * d->l[i - 1].g.out_per)));
     if (d->arena_n) HSI_TRY(hsi_cuda_memset(d->arena + d->arena_n, 0, sizeof(float) * (size_t)d->arena_n));
     HSI_TRY(prof_end(HSI_OK, "zero_grad", NULL, t0, 1));
-    d->folds_valid = 0; /* the running statistics move */
     HSI_TRY(forward(d, n, 1));
-    d->calls++;
-    d->last_n = n;
     float *logits = d->act[d->nl];
     HSI_TRY(prof_begin(&t0));
     HSI_TRY(prof_end(hsi_cross_entropy_forward_cuda(d->loss, d->loss + 1, d->prob, logits, y, NULL, n,
@@ -713,28 +740,162 @@ cleanup:
     return st;
 }
 
-hsi_status hsi_dmodel_optim_step(hsi_dmodel *d)
+/* the host's side of a training forward: the counters the CPU engine keeps */
+static void count_forward(hsi_dmodel *d, int64_t n)
+{
+    d->calls++;
+    d->last_n = n;
+    d->folds_valid = 0; /* the running statistics moved */
+    for (int i = 0; i < d->nl; i++)
+        if (d->l[i].g.mod->kind == HSI_MOD_BATCHNORM) d->l[i].num_batches++;
+}
+
+/* AdamW over the whole arena at once: the same operations per element as
+ * one launch per tensor (the zero gaps stay zero); the factors: d->scal */
+static hsi_status optim_launch(hsi_dmodel *d)
 {
     hsi_status st = HSI_OK;
-    d->step++;
-    d->folds_valid = 0;
-    /* the whole arena at once: the same operations per element as one
-     * launch per tensor (the zero gaps stay zero) */
     double t0;
     HSI_TRY(prof_begin(&t0));
     if (d->arena_n)
-        HSI_TRY(hsi_adam_step_cuda(d->arena, d->arena + d->arena_n, d->arena + 2 * d->arena_n,
-                                   d->arena + 3 * d->arena_n, d->arena_n, &d->cfg, d->step));
+        HSI_TRY(hsi_adam_step_dev_cuda(d->arena, d->arena + d->arena_n, d->arena + 2 * d->arena_n,
+                                       d->arena + 3 * d->arena_n, d->arena_n, &d->cfg, d->scal));
     HSI_TRY(prof_end(HSI_OK, d->cfg.kind == HSI_OPT_ADAMW ? "adamw" : "adam", NULL, t0, 1));
+cleanup:
+    return st;
+}
+
+hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
+{
+    hsi_status st = HSI_OK;
+    if (n < 1 || n > d->max_batch)
+        return HSI_FAIL(HSI_ERR_ARG, "device model: batch of %lld samples (1..%lld)", (long long)n,
+                        (long long)d->max_batch);
+    if (d->has_dropout) HSI_TRY(set_scalars(d, 0));
+    st = fb_launch(d, x, y, n);
+    if (st == HSI_OK) count_forward(d, n);
+cleanup:
+    return st;
+}
+
+hsi_status hsi_dmodel_optim_step(hsi_dmodel *d)
+{
+    hsi_status st = set_scalars(d, d->step + 1);
+    if (st == HSI_OK) st = optim_launch(d);
+    if (st == HSI_OK) {
+        d->step++;
+        d->folds_valid = 0;
+    }
+    return st;
+}
+
+/* ------------------------------------------------ the step as a CUDA Graph */
+
+/* Forgets the captured step (a later graph step measures and captures
+ * again). Waits for the stream first: a launch may still be running. */
+static void graph_drop(hsi_dmodel *d)
+{
+    if (d->gexec) {
+        const hsi_cuda_plugin *cu = hsi_cuda_plugin_get();
+        if (hsi_cuda_sync() != HSI_OK) hsi_clear_error();
+        if (cu) cu->graph_destroy(d->gexec);
+        d->gexec = NULL;
+    }
+    hsi_cuda_free(d->gscratch);
+    hsi_cuda_free(d->gx);
+    hsi_cuda_free(d->gy);
+    d->gscratch = NULL, d->gx = NULL, d->gy = NULL;
+    d->gscratch_bytes = 0;
+    d->graph_state = 0;
+}
+
+hsi_status hsi_dmodel_set_graph(hsi_dmodel *d, int on)
+{
+    if (!on) graph_drop(d);
+    d->graph = on != 0;
+    return HSI_OK;
+}
+
+int64_t hsi_dmodel_graph_launches(const hsi_dmodel *d) { return d->graph_launches; }
+
+static hsi_status plain_step(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
+{
+    hsi_status st = hsi_dmodel_forward_backward(d, x, y, n);
+    if (st == HSI_OK) st = hsi_dmodel_optim_step(d);
+    return st;
+}
+
+/* Records the step's launches (on the model's own stream, over d->gx and
+ * d->gy, scratch from d->gscratch only) as d->gexec; runs nothing. */
+static hsi_status capture(hsi_dmodel *d)
+{
+    hsi_status st = HSI_OK;
+    const hsi_cuda_plugin *cu = hsi_cuda_plugin_get();
+    char why[512] = "";
+    if (!cu) return HSI_ERR_NO_CUDA; /* the model exists: not reached */
+    if (!d->gstream) HSI_TRY(cu->stream_create(&d->gstream));
+    HSI_TRY(hsi_cuda_sync()); /* nothing queued on this thread's stream is left for the capture to wait for */
+    void *prev = hsi_cuda_set_stream(d->gstream);
+    st = hsi_cuda_scratch_begin(d->gscratch, d->gscratch_bytes, 1);
+    if (st == HSI_OK) {
+        st = cu->capture_begin(d->gstream);
+        if (st == HSI_OK) {
+            void *exec = NULL;
+            st = fb_launch(d, d->gx, d->gy, d->max_batch);
+            if (st == HSI_OK) st = optim_launch(d);
+            if (st != HSI_OK) snprintf(why, sizeof why, "%s", hsi_last_error());
+            hsi_status e = cu->capture_end(d->gstream, &exec);
+            if (st == HSI_OK) st = e;
+            if (st == HSI_OK) d->gexec = exec;
+            else cu->graph_destroy(exec);
+        }
+        hsi_cuda_scratch_end();
+    }
+    hsi_cuda_set_stream(prev);
+    if (st != HSI_OK && why[0]) hsi_fail(st, "%s", why); /* the first failure, not capture_end's */
+cleanup:
+    return st == HSI_OK ? st : hsi_fail_context(st, "device model: capturing the training step as a CUDA Graph");
+}
+
+/* A step of max_batch samples by the graph: the first one runs as usual
+ * and measures the scratch its launchers take, the second captures, and
+ * each from then on sets the step's values, copies x and y in and
+ * launches the graph on this thread's stream. */
+static hsi_status graph_step(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
+{
+    hsi_status st = HSI_OK;
+    if (d->graph_state == 0) {
+        HSI_TRY(hsi_cuda_scratch_begin(NULL, 0, 0));
+        st = plain_step(d, x, y, n);
+        size_t need = hsi_cuda_scratch_end();
+        if (st != HSI_OK) return st;
+        HSI_TRY(hsi_cuda_malloc(&d->gscratch, need ? need : 256));
+        d->gscratch_bytes = need ? need : 256;
+        HSI_TRY(hsi_cuda_malloc((void **)&d->gx, sizeof(float) * (size_t)(n * d->l[0].g.in_per)));
+        HSI_TRY(hsi_cuda_malloc((void **)&d->gy, sizeof(int32_t) * (size_t)n));
+        d->graph_state = 1;
+        return HSI_OK;
+    }
+    if (d->graph_state == 1) {
+        HSI_TRY(capture(d));
+        d->graph_state = 2;
+    }
+    const hsi_cuda_plugin *cu = hsi_cuda_plugin_get();
+    HSI_TRY(set_scalars(d, d->step + 1));
+    if (x != d->gx) HSI_TRY(hsi_cuda_copy(d->gx, x, sizeof(float) * (size_t)(n * d->l[0].g.in_per)));
+    if (y != d->gy) HSI_TRY(hsi_cuda_copy(d->gy, y, sizeof(int32_t) * (size_t)n));
+    HSI_TRY(cu->graph_launch(d->gexec, hsi_cuda_stream()));
+    count_forward(d, n);
+    d->step++;
+    d->graph_launches++;
 cleanup:
     return st;
 }
 
 hsi_status hsi_dmodel_train_step(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
 {
-    hsi_status st = hsi_dmodel_forward_backward(d, x, y, n);
-    if (st == HSI_OK) st = hsi_dmodel_optim_step(d);
-    return st;
+    if (d->graph && n == d->max_batch && !hsi_op_profile_on()) return graph_step(d, x, y, n);
+    return plain_step(d, x, y, n);
 }
 
 hsi_status hsi_dmodel_loss(hsi_dmodel *d, double *loss)

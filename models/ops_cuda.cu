@@ -61,9 +61,12 @@ __device__ __forceinline__ uint64_t oc_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* key: the mixed seed, or with dkey the kernel mixes dkey->dropout_key + add */
 __global__ void dropout_fwd_kernel(float *y, float *mask, const float *x, int64_t n, double p,
-                                   float keep_scale, uint64_t key)
+                                   float keep_scale, uint64_t key, const hsi_step_scalars *dkey,
+                                   uint64_t add)
 {
+    if (dkey) key = oc_mix64(dkey->dropout_key + add);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         double u = (double)(oc_mix64(key + (uint64_t)i * 0x9E3779B97F4A7C15ull) >> 11) * 0x1.0p-53;
@@ -80,17 +83,30 @@ __global__ void dropout_bwd_kernel(float *dx, const float *dy, const float *mask
         dx[i] += dy[i] * mask[i];
 }
 
-extern "C" hsi_status hsi_dropout_forward_cuda(float *y, float *mask, const float *x, int64_t n,
-                                               double p, uint64_t seed)
+static hsi_status dropout_fwd(float *y, float *mask, const float *x, int64_t n, double p,
+                              uint64_t seed, const hsi_step_scalars *dkey, uint64_t add)
 {
     HSI_CU_TRY(hsi_cuda_require("dropout"));
     if (!(p >= 0 && p < 1))
         return hsi_fail(HSI_ERR_ARG, "dropout (CUDA): p must be in [0, 1) (found %g)", p);
     if (n <= 0) return HSI_OK;
     dropout_fwd_kernel<<<hsi_cu_blocks(n, OC_THREADS), OC_THREADS, 0, hsi_cu_stream()>>>(
-        y, mask, x, n, p, (float)(1.0 / (1.0 - p)), oc_mix64_host(seed));
+        y, mask, x, n, p, (float)(1.0 / (1.0 - p)), oc_mix64_host(seed), dkey, add);
     HSI_CU_LAUNCHED("dropout forward (CUDA)");
     return HSI_OK;
+}
+
+extern "C" hsi_status hsi_dropout_forward_cuda(float *y, float *mask, const float *x, int64_t n,
+                                               double p, uint64_t seed)
+{
+    return dropout_fwd(y, mask, x, n, p, seed, NULL, 0);
+}
+
+extern "C" hsi_status hsi_dropout_forward_dev_cuda(float *y, float *mask, const float *x, int64_t n,
+                                                   double p, const hsi_step_scalars *dev, uint64_t add)
+{
+    if (!dev) return hsi_fail(HSI_ERR_ARG, "dropout (CUDA): no device step values");
+    return dropout_fwd(y, mask, x, n, p, 0, dev, add);
 }
 
 extern "C" hsi_status hsi_dropout_backward_cuda(float *dx, const float *dy, const float *mask,
@@ -328,11 +344,17 @@ extern "C" hsi_status hsi_cross_entropy_backward_cuda(float *dz, const float *dl
 
 /* ----------------------------------------------------------------- Adam */
 
-/* ADAM_BODY(float) of optim.c, element by element */
+/* ADAM_BODY(float) of optim.c, element by element; with f, the factors
+ * (step_size, bc2s, decay) are read from the device */
 __global__ void adam_kernel(float *p, const float *g, float *m, float *v, int64_t n, float b1,
                             float b2, float omb1, float omb2, float wd, float eps, float step_size,
-                            float bc2s, float decay, int decoupled)
+                            float bc2s, float decay, int decoupled, const hsi_step_scalars *f)
 {
+    if (f) {
+        step_size = f->adam[0];
+        bc2s = f->adam[1];
+        decay = f->adam[2];
+    }
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x) {
         float pk = p[k], gi = g[k];
@@ -349,22 +371,50 @@ __global__ void adam_kernel(float *p, const float *g, float *m, float *v, int64_
     }
 }
 
-extern "C" hsi_status hsi_adam_step_cuda(float *p, const float *g, float *m, float *v, int64_t n,
-                                         const hsi_optim_config *c, int64_t step)
+/* step: the host's factors; else dev's */
+static hsi_status adam_step(float *p, const float *g, float *m, float *v, int64_t n,
+                            const hsi_optim_config *c, int64_t step, const hsi_step_scalars *dev)
 {
     const char *what = "Adam step (CUDA)";
     HSI_CU_TRY(hsi_cuda_require(what));
     if (!c || (c->kind != HSI_OPT_ADAM && c->kind != HSI_OPT_ADAMW))
         return hsi_fail(HSI_ERR_ARG, "%s: the config is not Adam or AdamW", what);
-    if (step < 1) return hsi_fail(HSI_ERR_ARG, "%s: step must be >= 1 (found %lld)", what,
-                                  (long long)step);
+    if (!dev && step < 1)
+        return hsi_fail(HSI_ERR_ARG, "%s: step must be >= 1 (found %lld)", what, (long long)step);
     if (n <= 0) return HSI_OK;
-    double bc1 = 1 - pow(c->beta1, (double)step), bc2 = 1 - pow(c->beta2, (double)step);
+    float f[3] = {0, 0, 0};
+    if (!dev) hsi_adam_factors(f, c, step);
     adam_kernel<<<hsi_cu_blocks(n, OC_THREADS), OC_THREADS, 0, hsi_cu_stream()>>>(
         p, g, m, v, n, (float)c->beta1, (float)c->beta2, (float)(1 - c->beta1),
-        (float)(1 - c->beta2), (float)c->weight_decay, (float)c->eps, (float)(c->lr / bc1),
-        (float)sqrt(bc2), (float)(1 - c->lr * c->weight_decay), c->kind == HSI_OPT_ADAMW);
+        (float)(1 - c->beta2), (float)c->weight_decay, (float)c->eps, f[0], f[1], f[2],
+        c->kind == HSI_OPT_ADAMW, dev);
     HSI_CU_LAUNCHED(what);
+    return HSI_OK;
+}
+
+extern "C" hsi_status hsi_adam_step_cuda(float *p, const float *g, float *m, float *v, int64_t n,
+                                         const hsi_optim_config *c, int64_t step)
+{
+    return adam_step(p, g, m, v, n, c, step, NULL);
+}
+
+extern "C" hsi_status hsi_adam_step_dev_cuda(float *p, const float *g, float *m, float *v,
+                                             int64_t n, const hsi_optim_config *c,
+                                             const hsi_step_scalars *dev)
+{
+    if (!dev) return hsi_fail(HSI_ERR_ARG, "Adam step (CUDA): no device step values");
+    return adam_step(p, g, m, v, n, c, 0, dev);
+}
+
+/* ------------------------------------------------------ per-step values */
+
+__global__ void step_scalars_kernel(hsi_step_scalars *dev, hsi_step_scalars s) { *dev = s; }
+
+extern "C" hsi_status hsi_step_scalars_set_cuda(hsi_step_scalars *dev, const hsi_step_scalars *s)
+{
+    HSI_CU_TRY(hsi_cuda_require("training step values"));
+    step_scalars_kernel<<<1, 1, 0, hsi_cu_stream()>>>(dev, *s);
+    HSI_CU_LAUNCHED("training step values (CUDA)");
     return HSI_OK;
 }
 
@@ -393,6 +443,9 @@ static hsi_cuda_model_ops make_ops(void)
     t.cross_entropy_forward = hsi_cross_entropy_forward_cuda;
     t.cross_entropy_backward = hsi_cross_entropy_backward_cuda;
     t.adam_step = hsi_adam_step_cuda;
+    t.step_scalars_set = hsi_step_scalars_set_cuda;
+    t.dropout_forward_dev = hsi_dropout_forward_dev_cuda;
+    t.adam_step_dev = hsi_adam_step_dev_cuda;
     t.conv_cudnn_available = hsi_conv_cudnn_available;
     t.conv_forward_cudnn = hsi_conv_forward_cudnn;
     t.conv_backward_cudnn = hsi_conv_backward_cudnn;

@@ -403,6 +403,9 @@ static hsi_status check_config(hsi_train_config *c)
         if (c->tile < 0) return HSI_FAIL(HSI_ERR_ARG, "--tile must be >= 0 (got %d)", c->tile);
     }
     if (hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK) return HSI_ERR_ARG;
+    if (c->cuda_graph && dev == HSI_DEVICE_CPU)
+        return HSI_FAIL(HSI_ERR_ARG, "--cuda-graph captures the GPU's training step: it needs "
+                                     "--device cuda (or auto)");
     if (!strcasecmp(c->device, "cuda")) {
         if (c->resume)
             return HSI_FAIL(HSI_ERR_UNSUPPORTED,
@@ -896,10 +899,11 @@ static hsi_status build_model(hsi_trainer *t)
         int nd = hsi_model_input_shape(c->model, 1, r->n_features, c->patch, ishape);
         HSI_TRY(hsi_dmodel_create(&t->dm, r->net, nd - 1, ishape + 1, c->batch, &t->oc, c->seed));
         HSI_TRY(hsi_dmodel_set_conv(t->dm, t->gconv));
+        HSI_TRY(hsi_dmodel_set_graph(t->dm, c->cuda_graph));
         HSI_TRY(hsi_gpu_classifier_init(&t->gq, r, t->dm, c->batch, t->gconv));
-        info(t, "device: CUDA, convolutions by %s (batches copied on the loader's stream; "
+        info(t, "device: CUDA, convolutions by %s%s (batches copied on the loader's stream; "
                 "validation and the map on the device, checkpoints on the host)\n",
-             hsi_dmodel_conv_name(t->dm));
+             hsi_dmodel_conv_name(t->dm), c->cuda_graph ? ", full batches as one CUDA Graph" : "");
     }
     HSI_TRY(hsi_graph_new(&t->g));
     t->have_val = sp->n[HSI_ROLE_VAL] > 0;

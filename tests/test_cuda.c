@@ -180,6 +180,13 @@ static void test_absent(void)
     hsi_optim_config oc;
     hsi_optim_config_default(&oc, HSI_OPT_ADAMW);
     HSI_CHECK_FAILS(hsi_adam_step_cuda(out, out, out, out, 4, &oc, 1), HSI_ERR_NO_CUDA, "Adam");
+    hsi_step_scalars sv = {0};
+    HSI_CHECK_FAILS(hsi_step_scalars_set_cuda(&sv, &sv), HSI_ERR_NO_CUDA, "training step values");
+    HSI_CHECK_FAILS(hsi_adam_step_dev_cuda(out, out, out, out, 4, &oc, &sv), HSI_ERR_NO_CUDA, "Adam");
+    HSI_CHECK_FAILS(hsi_dropout_forward_dev_cuda(out, out, out, 4, 0.5, &sv, 0), HSI_ERR_NO_CUDA, "dropout");
+    HSI_CHECK_FAILS(hsi_cuda_copy(out, out, 4), HSI_ERR_NO_CUDA, "device-to-device copy");
+    HSI_CHECK_FAILS(hsi_cuda_scratch_begin(NULL, 0, 0), HSI_ERR_NO_CUDA, "device scratch");
+    CU_ASSERT_EQUAL(hsi_cuda_scratch_end(), 0);
     int64_t px[1] = {0};
     HSI_CHECK_FAILS(hsi_patches_extract_cuda(out, &cube, 3, HSI_PAD_MIRROR, NULL, px, 1, 0, 0),
                     HSI_ERR_NO_CUDA, "patches");
@@ -318,7 +325,63 @@ static void test_view_copies(void)
     hsi_view_release(&cube);
 }
 
+/* The scratch of a graph capture (hsi_cuda_scratch_begin): requests carved
+ * out of the caller's block, last in first out, at the same offsets when
+ * repeated, no cache request; a measurement (no block) gives the peak of
+ * the live requests; strict refuses what does not fit, naming the sizes;
+ * what does not fit otherwise comes from the cache and is freed back to it. */
+static void test_scratch(void)
+{
+    void *a = NULL, *b = NULL, *c = NULL, *block = NULL;
+    hsi_cuda_mem_stats m0, m1;
+    /* measure: a (1000 -> 1024) and b (300 -> 512) live together, then c (5000 -> 5120) alone */
+    HSI_CHECK_OK(hsi_cuda_scratch_begin(NULL, 0, 0));
+    HSI_CHECK_FAILS(hsi_cuda_scratch_begin(NULL, 0, 0), HSI_ERR_ARG, "already set");
+    HSI_CHECK_OK(hsi_cuda_malloc(&a, 1000));
+    HSI_CHECK_OK(hsi_cuda_malloc(&b, 300));
+    hsi_cuda_free(b);
+    hsi_cuda_free(a);
+    HSI_CHECK_OK(hsi_cuda_malloc(&c, 5000));
+    hsi_cuda_free(c);
+    CU_ASSERT_EQUAL(hsi_cuda_scratch_end(), 5120);
+    HSI_CHECK_OK(hsi_cuda_malloc(&block, 8192));
+    for (int rep = 0; rep < 2; rep++) {
+        hsi_cuda_mem_get(&m0);
+        HSI_CHECK_OK(hsi_cuda_scratch_begin(block, 8192, 1));
+        HSI_CHECK_OK(hsi_cuda_malloc(&a, 1000));
+        HSI_CHECK_OK(hsi_cuda_malloc(&b, 300));
+        CU_ASSERT_PTR_EQUAL(a, block);
+        CU_ASSERT_PTR_EQUAL(b, (char *)block + 1024);
+        hsi_cuda_free(a); /* out of order: b still holds its place */
+        HSI_CHECK_OK(hsi_cuda_malloc(&c, 100));
+        CU_ASSERT_PTR_EQUAL(c, (char *)block + 1536);
+        hsi_cuda_free(c);
+        hsi_cuda_free(b); /* now both pop */
+        HSI_CHECK_OK(hsi_cuda_malloc(&c, 8000));
+        CU_ASSERT_PTR_EQUAL(c, block);
+        HSI_CHECK_FAILS(hsi_cuda_malloc(&a, 512), HSI_ERR_NOMEM, "512 bytes does not fit");
+        hsi_cuda_free(c);
+        CU_ASSERT_EQUAL(hsi_cuda_scratch_end(), 8192 + 512);
+        hsi_cuda_mem_get(&m1);
+        CU_ASSERT_EQUAL(m1.n_requests, m0.n_requests); /* the cache was not asked */
+    }
+    /* not strict: what does not fit comes from the cache, and goes back to it */
+    HSI_CHECK_OK(hsi_cuda_scratch_begin(block, 8192, 0));
+    HSI_CHECK_OK(hsi_cuda_malloc(&a, 6000));
+    HSI_CHECK_OK(hsi_cuda_malloc(&b, 6000));
+    CU_ASSERT_PTR_EQUAL(a, block);
+    CU_ASSERT_PTR_NOT_EQUAL(b, (char *)block + 6144);
+    hsi_cuda_mem_get(&m0);
+    hsi_cuda_free(b);
+    hsi_cuda_mem_get(&m1);
+    CU_ASSERT(m1.in_use_bytes < m0.in_use_bytes);
+    hsi_cuda_free(a);
+    CU_ASSERT_EQUAL(hsi_cuda_scratch_end(), 12288);
+    hsi_cuda_free(block);
+}
+
 HSI_SUITE(cuda_mem, HSI_SUITE_NEEDS_CUDA, {"caching allocator", test_allocator},
+          {"scratch for a graph capture", test_scratch},
           {"HSI_CUDA_NO_CACHE: exact cudaMalloc and cudaFree", test_allocator_no_cache},
           {"a block freed on one stream, reused on another", test_allocator_streams},
           {"view copies (swapped, strided, converted)", test_view_copies})
@@ -956,6 +1019,78 @@ static void test_cross_entropy(void)
     }
 }
 
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Dropout: every mask element recomputed on the host from the counter-based
+ * stream's definition (mix64 of the mixed seed plus i times the golden
+ * ratio, 53 bits); y = x * mask exactly; the share of zeros within 5 sigma
+ * of p; p = 0 keeps x; backward accumulates dy * mask (to 1e-6); the key read from
+ * the device (dropout_key + add) gives the masks of seed dropout_key + add. */
+static void test_dropout(void)
+{
+    rng_seed(29);
+    const int64_t n = (int64_t)1 << 18;
+    const double p = 0.3;
+    const uint64_t seed = 0x1234567ull;
+    float *hx = malloc(4 * (size_t)n), *hdy = malloc(4 * (size_t)n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hdy);
+    fill_uniform(hx, n, -1, 1);
+    fill_uniform(hdy, n, -1, 1);
+    float *x = dev_f32(hx, n), *dy = dev_f32(hdy, n), *y = dev_zero(n), *mask = dev_zero(n),
+          *dx = dev_f32(hdy, n), *y2 = dev_zero(n), *mask2 = dev_zero(n);
+    HSI_CHECK_OK(hsi_dropout_forward_cuda(y, mask, x, n, p, seed));
+    HSI_CHECK_OK(hsi_dropout_backward_cuda(dx, dy, mask, n));
+    float *hy = host_of(y, n), *hm = host_of(mask, n), *hdx = host_of(dx, n);
+    const float keep = (float)(1.0 / (1.0 - p));
+    int64_t zeros = 0, bad_mask = 0, bad_y = 0, bad_dx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double u = (double)(mix64(mix64(seed) + (uint64_t)i * 0x9E3779B97F4A7C15ull) >> 11) * 0x1.0p-53;
+        float m = u < p ? 0.0f : keep;
+        zeros += m == 0.0f;
+        bad_mask += hm[i] != m;
+        bad_y += hy[i] != hx[i] * m;
+        float want = hdy[i] + hdy[i] * m; /* the device may fuse it (one rounding) */
+        bad_dx += fabsf(hdx[i] - want) > 1e-6f * fabsf(want);
+    }
+    CU_ASSERT_EQUAL(bad_mask, 0);
+    CU_ASSERT_EQUAL(bad_y, 0);
+    CU_ASSERT_EQUAL(bad_dx, 0);
+    CU_ASSERT(fabs((double)zeros / n - p) < 5 * sqrt(p * (1 - p) / n));
+    /* the key from the device */
+    hsi_step_scalars *sc = NULL, v = {0};
+    HSI_CHECK_OK(hsi_cuda_malloc((void **)&sc, sizeof *sc));
+    v.dropout_key = seed - 5;
+    HSI_CHECK_OK(hsi_step_scalars_set_cuda(sc, &v));
+    HSI_CHECK_OK(hsi_dropout_forward_dev_cuda(y2, mask2, x, n, p, sc, 5));
+    float *hm2 = host_of(mask2, n), *hy2 = host_of(y2, n);
+    CU_ASSERT_EQUAL(memcmp(hm2, hm, 4 * (size_t)n), 0);
+    CU_ASSERT_EQUAL(memcmp(hy2, hy, 4 * (size_t)n), 0);
+    free(hm2), free(hy2);
+    /* another seed, other masks; p = 0: y = x, mask 1 */
+    HSI_CHECK_OK(hsi_dropout_forward_cuda(y2, mask2, x, n, p, seed + 1));
+    hm2 = host_of(mask2, n);
+    CU_ASSERT_NOT_EQUAL(memcmp(hm2, hm, 4 * (size_t)n), 0);
+    free(hm2);
+    HSI_CHECK_OK(hsi_dropout_forward_cuda(y2, mask2, x, n, 0.0, seed));
+    hy2 = host_of(y2, n);
+    hm2 = host_of(mask2, n);
+    CU_ASSERT_EQUAL(memcmp(hy2, hx, 4 * (size_t)n), 0);
+    int64_t not_one = 0;
+    for (int64_t i = 0; i < n; i++) not_one += hm2[i] != 1.0f;
+    CU_ASSERT_EQUAL(not_one, 0);
+    HSI_CHECK_FAILS(hsi_dropout_forward_cuda(y2, mask2, x, n, 1.0, seed), HSI_ERR_ARG, "p must be in [0, 1)");
+    free(hm2), free(hy2), free(hy), free(hm), free(hdx), free(hx), free(hdy);
+    hsi_cuda_free(sc);
+    float *ds[] = {x, dy, y, mask, dx, y2, mask2};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) hsi_cuda_free(ds[i]);
+}
+
 /* Adam and AdamW: three steps vs hsi_optim_step on the same tensor;
  * 1e-6 relative (same float formula; FMA contraction may differ) */
 static void test_adam(void)
@@ -986,6 +1121,30 @@ static void test_adam(void)
             HSI_CHECK_OK(hsi_adam_step_cuda(gp, gg, gm, gv, n, &o->cfg, step));
         }
         float *hp = host_of(gp, n), *hm = host_of(gm, n), *hv = host_of(gv, n);
+        /* the same three steps with the factors read from the device: the same bits */
+        {
+            float *dp = dev_f32(hsi_tensor_ptr(p), n), *dm = dev_zero(n), *dv = dev_zero(n);
+            hsi_step_scalars *sc = NULL;
+            HSI_CHECK_OK(hsi_cuda_malloc((void **)&sc, sizeof *sc));
+            HSI_CHECK_OK(hsi_cuda_upload(dp, hp, 4 * (size_t)n)); /* start where the first run ended */
+            HSI_CHECK_OK(hsi_cuda_upload(dm, hm, 4 * (size_t)n));
+            HSI_CHECK_OK(hsi_cuda_upload(dv, hv, 4 * (size_t)n));
+            float *ep = dev_f32(hp, n), *em = dev_f32(hm, n), *ev = dev_f32(hv, n);
+            for (int step = 4; step <= 6; step++) {
+                hsi_step_scalars v = {0};
+                hsi_adam_factors(v.adam, &o->cfg, step);
+                HSI_CHECK_OK(hsi_step_scalars_set_cuda(sc, &v));
+                v.adam[0] = -1; /* changed after the call: the kernel reads what was set */
+                HSI_CHECK_OK(hsi_adam_step_dev_cuda(dp, gg, dm, dv, n, &o->cfg, sc));
+                HSI_CHECK_OK(hsi_adam_step_cuda(ep, gg, em, ev, n, &o->cfg, step));
+            }
+            float *a1 = host_of(dp, n), *b1 = host_of(ep, n), *a2 = host_of(dv, n), *b2 = host_of(ev, n);
+            CU_ASSERT_EQUAL(memcmp(a1, b1, 4 * (size_t)n), 0);
+            CU_ASSERT_EQUAL(memcmp(a2, b2, 4 * (size_t)n), 0);
+            free(a1), free(b1), free(a2), free(b2);
+            hsi_cuda_free(dp), hsi_cuda_free(dm), hsi_cuda_free(dv), hsi_cuda_free(sc);
+            hsi_cuda_free(ep), hsi_cuda_free(em), hsi_cuda_free(ev);
+        }
         hsi_test_close_f32(hp, hsi_tensor_ptr(p), n, 1e-6, 0, "Adam parameters");
         hsi_test_close_f32(hm, hsi_tensor_ptr(o->state1[0]), n, 1e-6, 0, "Adam exp_avg");
         hsi_test_close_f32(hv, hsi_tensor_ptr(o->state2[0]), n, 1e-6, 0, "Adam exp_avg_sq");
@@ -997,6 +1156,7 @@ static void test_adam(void)
 }
 
 HSI_SUITE(cuda_ops, HSI_SUITE_NEEDS_CUDA, {"relu, linear", test_relu_linear},
+          {"dropout (masks from their definition, device key)", test_dropout},
           {"cross-entropy (weights, smoothing, ignore_index)", test_cross_entropy},
           {"Adam / AdamW steps", test_adam})
 
@@ -1118,10 +1278,106 @@ static void model_parity(const char *name, int bands, int patch, int classes, in
     hsi_module_free(mg);
 }
 
+/* Training steps as a CUDA Graph (hsi_dmodel_set_graph) against the same
+ * steps launched one by one, from the same initialisation, dropout on:
+ * each step's loss, then every parameter, gradient and running statistic
+ * and the eval logits, bit for bit. On the way: a short batch (run as
+ * usual), a new learning rate (read by the captured step), set_conv (the
+ * graph dropped and captured again), replays with no cudaMalloc. */
+static void graph_parity(const char *name, int bands, int patch, int classes, int batch)
+{
+    hsi_module *m[2] = {NULL, NULL};
+    hsi_dmodel *d[2] = {NULL, NULL};
+    hsi_optim_config cfg;
+    hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
+    int64_t xs[5], nx = 1;
+    int nd = hsi_model_input_shape(name, batch, bands, patch, xs);
+    for (int i = 0; i < nd; i++) nx *= xs[i];
+    float *hx = malloc(sizeof(float) * (size_t)nx);
+    int32_t *hy = malloc(sizeof(int32_t) * (size_t)batch);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hy);
+    fill_uniform(hx, nx, -1, 1);
+    for (int i = 0; i < batch; i++) hy[i] = (i * 5) % classes;
+    float *gx = dev_f32(hx, nx);
+    int32_t *gy = dev_bytes(hy, sizeof(int32_t) * (size_t)batch);
+    for (int v = 0; v < 2; v++) {
+        HSI_CHECK_OK(hsi_model_create(&m[v], name, bands, patch, classes, HSI_F32, 5));
+        HSI_CHECK_OK(hsi_dmodel_create(&d[v], m[v], nd - 1, xs + 1, batch, &cfg, 9));
+    }
+    HSI_CHECK_OK(hsi_dmodel_set_graph(d[1], 1));
+    hsi_cuda_mem_stats m0, m1;
+    for (int s = 0; s < 8; s++) {
+        int64_t n = s == 3 ? batch - 1 : batch;
+        for (int v = 0; v < 2; v++) {
+            if (s == 4) hsi_dmodel_set_lr(d[v], cfg.lr * 0.5);
+            if (s == 6) HSI_CHECK_OK(hsi_dmodel_set_conv(d[v], HSI_GPU_CONV_AUTO));
+        }
+        if (s == 5) {
+            HSI_CHECK_OK(hsi_cuda_sync());
+            hsi_cuda_mem_get(&m0);
+        }
+        for (int v = 0; v < 2; v++) HSI_CHECK_OK(hsi_dmodel_train_step(d[v], gx, gy, n));
+        if (s == 5) {
+            HSI_CHECK_OK(hsi_cuda_sync());
+            hsi_cuda_mem_get(&m1);
+            if (cache_on()) CU_ASSERT_EQUAL(m1.n_cuda_malloc, m0.n_cuda_malloc);
+        }
+        double l[2] = {0, 1};
+        for (int v = 0; v < 2; v++) HSI_CHECK_OK(hsi_dmodel_loss(d[v], &l[v]));
+        if (l[0] != l[1]) {
+            CU_FAIL("graph step: another loss");
+            fprintf(stderr, "\n  %s step %d: loss %.9g one by one, %.9g as a graph\n", name, s, l[0], l[1]);
+        }
+    }
+    /* steps 0 and 6 measure, 1 and 7 capture; 3 is short */
+    CU_ASSERT_EQUAL(hsi_dmodel_graph_launches(d[1]), 5);
+    CU_ASSERT_EQUAL(hsi_dmodel_graph_launches(d[0]), 0);
+    CU_ASSERT_EQUAL(hsi_dmodel_steps(d[1]), 8);
+    hsi_named_tensor *st[2] = {NULL, NULL};
+    int ns[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        HSI_CHECK_OK(hsi_dmodel_to_host(d[v], m[v], 1));
+        HSI_CHECK_OK(hsi_module_state(m[v], &st[v], &ns[v]));
+    }
+    CU_ASSERT_EQUAL_FATAL(ns[0], ns[1]);
+    for (int k = 0; k < ns[0]; k++) {
+        const hsi_tensor *a = st[0][k].t, *b = st[1][k].t;
+        size_t bytes = hsi_dtype_size(a->data.dtype) * (size_t)hsi_tensor_count(a);
+        if (memcmp(hsi_tensor_ptr((hsi_tensor *)a), hsi_tensor_ptr((hsi_tensor *)b), bytes) != 0 ||
+            (a->grad && memcmp(hsi_tensor_ptr(a->grad), hsi_tensor_ptr(b->grad), bytes) != 0)) {
+            CU_FAIL("graph step: another tensor");
+            fprintf(stderr, "\n  %s: %s differs\n", name, st[0][k].name);
+        }
+    }
+    const float *z[2];
+    float *hz[2];
+    for (int v = 0; v < 2; v++) {
+        HSI_CHECK_OK(hsi_dmodel_predict(d[v], &z[v], gx, batch));
+        hz[v] = host_of(z[v], (int64_t)batch * classes);
+    }
+    CU_ASSERT_EQUAL(memcmp(hz[0], hz[1], sizeof(float) * (size_t)batch * classes), 0);
+    for (int v = 0; v < 2; v++) {
+        free(hz[v]);
+        free(st[v]);
+        hsi_dmodel_free(d[v]);
+        hsi_module_free(m[v]);
+    }
+    hsi_cuda_free(gx);
+    hsi_cuda_free(gy);
+    free(hx);
+    free(hy);
+}
+
+static void test_graph_cnn2d(void) { rng_seed(34); graph_parity("cnn2d", 6, 7, 4, 10); }
+static void test_graph_hybridsn(void) { rng_seed(35); graph_parity("hybridsn", 16, 9, 5, 6); }
+
 static void test_model_cnn2d(void) { rng_seed(31); model_parity("cnn2d", 6, 7, 4, 10); }
 static void test_model_hybridsn(void) { rng_seed(32); model_parity("hybridsn", 16, 9, 5, 6); }
 static void test_model_cnn1d(void) { rng_seed(33); model_parity("cnn1d", 20, 1, 3, 8); }
 
 HSI_SUITE(cuda_model, HSI_SUITE_NEEDS_CUDA, {"cnn2d step vs the CPU engine", test_model_cnn2d},
           {"hybridsn step vs the CPU engine", test_model_hybridsn},
-          {"cnn1d step vs the CPU engine", test_model_cnn1d})
+          {"cnn1d step vs the CPU engine", test_model_cnn1d},
+          {"cnn2d steps as a CUDA Graph: the same bits", test_graph_cnn2d},
+          {"hybridsn steps as a CUDA Graph: the same bits", test_graph_hybridsn})

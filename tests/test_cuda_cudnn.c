@@ -402,6 +402,10 @@ static void test_commands(void)
     }
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "HSI_CUDNN_ALGO=quick " HSI_BIN BENCH " --conv cudnn"), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "HSI_CUDNN_ALGO=quick: expected deterministic"));
+    /* --graph: the steps after the first as graph launches (steps + warmup - 1) */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model cnn2d --batch 8 --steps 3 "
+                                                  "--warmup 2 --json --device cuda --graph"), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"graph_launches\": 4}"));
     /* --ops: the step's pieces per op and layer, on the device */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model cnn2d --batch 4 --steps 2 "
                                                   "--warmup 0 --device cuda --conv gemm --ops"), 0);
@@ -474,12 +478,20 @@ static void test_usage(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " eval run c.hdr l.hdr --device cpu "
                                                   "--conv cudnn"), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--conv cudnn runs on the GPU only"));
+    /* a CUDA Graph is the GPU's only */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model cnn2d --graph"), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--graph captures the GPU's training step (--device cuda only)"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train c.hdr l.hdr --out %s --cuda-graph",
+                                 hsi_test_tmp("run_graph")), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--cuda-graph captures the GPU's training step: it needs --device cuda"));
     /* the help says it */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model --help"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--conv auto|direct|gemm|cudnn"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "HSI_CUDNN"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "[--graph]"));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train --help"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--conv auto|direct|gemm|cudnn"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--cuda-graph"));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " predict --help"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--conv auto|direct|gemm|cudnn"));
 }

@@ -19,7 +19,7 @@ from ._pipeline import Pipeline
 TRAIN_OPTIONS = ("model", "epochs", "batch", "lr", "pca", "patch", "train", "per_class", "val",
                  "split", "seed", "normalize", "bands", "wavelengths", "keep_bad_bands",
                  "fit_on", "patience", "weight_decay", "schedule", "augment", "workers",
-                 "threads", "device", "conv", "resume", "overwrite", "var", "labels_var", "train_labels",
+                 "threads", "device", "conv", "cuda_graph", "resume", "overwrite", "var", "labels_var", "train_labels",
                  "test_labels", "pad", "block", "whiten", "pca_variance")
 
 _KINDS = {0: "info", 1: "epoch", 2: "done"}
