@@ -470,7 +470,7 @@ static void bench_model(const char *key, const char *name, int batch, int bands,
 {
     const char *stage = key;
     hsi_module *m = NULL;
-    hsi_dmodel *d = NULL;
+    hsi_dmodel *d = NULL, *dg = NULL;
     float *h = NULL, *x = NULL;
     int32_t *t = NULL, *y = NULL;
     int64_t xs[5], nx = 1;
@@ -526,7 +526,39 @@ static void bench_model(const char *key, const char *name, int batch, int bands,
     emit(ikey, "{\"batch\": %d, \"infer_samples_per_s\": %.1f}", batch, (double)batch * steps / ti);
     fprintf(stderr, "%s (batch %d) on the GPU: infer %.0f samples/s\n", name, batch,
             (double)batch * steps / ti);
+    /* the same steps as one CUDA Graph each (hsi_dmodel_set_graph) on a second
+     * copy, timed in alternation with the one-by-one copy: 3 rounds */
+    CHECK(hsi_dmodel_create(&dg, m, nd - 1, xs + 1, batch, &cfg, 1));
+    CHECK(hsi_dmodel_set_conv(dg, g_conv));
+    CHECK(hsi_dmodel_set_graph(dg, 1));
+    for (int i = 0; i < 3; i++) CHECK(hsi_dmodel_train_step(dg, x, y, batch)); /* measure, capture */
+    double r_plain[3], r_graph[3];
+    for (int r = 0; r < 3; r++) {
+        for (int v = 0; v < 2; v++) {
+            hsi_dmodel *dv = v ? dg : d;
+            CHECK(hsi_cuda_sync());
+            double t0 = hsi_now();
+            for (int i = 0; i < steps; i++) CHECK(hsi_dmodel_train_step(dv, x, y, batch));
+            CHECK(hsi_cuda_sync());
+            (v ? r_graph : r_plain)[r] = (double)batch * steps / (hsi_now() - t0);
+        }
+    }
+    {
+        double lo = 1e30, hi = 0, gs = 0, ps = 0;
+        for (int r = 0; r < 3; r++) {
+            double q = r_graph[r] / r_plain[r];
+            lo = q < lo ? q : lo, hi = q > hi ? q : hi;
+            gs += r_graph[r], ps += r_plain[r];
+        }
+        snprintf(ikey, sizeof ikey, "%s_graph", key);
+        emit(ikey, "{\"batch\": %d, \"train_samples_per_s\": %.1f, \"plain_samples_per_s\": %.1f, "
+                   "\"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, \"graph_launches\": %lld}",
+             batch, gs / 3, ps / 3, gs / ps, lo, hi, (long long)hsi_dmodel_graph_launches(dg));
+        fprintf(stderr, "%s (batch %d) on the GPU: train as a CUDA Graph %.0f samples/s vs %.0f one by "
+                        "one (%.2fx, rounds %.2f-%.2fx)\n", name, batch, gs / 3, ps / 3, gs / ps, lo, hi);
+    }
 cleanup:
+    hsi_dmodel_free(dg);
     hsi_cuda_free(y);
     hsi_cuda_free(x);
     free(t);

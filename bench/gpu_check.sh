@@ -275,6 +275,12 @@ for key, name, batch in models:
             line += "   infer hsi %8.0f | torch %8.0f | %.2fx" % (
                 ai["infer_samples_per_s"], b["infer_samples_per_s"], ri)
         print(line)
+for key, name, batch in models:
+    a = g.get(key + "_graph")
+    if a:
+        ratios[key + "_graph_over_plain"] = a["ratio"]
+        print("  %-8s b%-5d train as one CUDA Graph per step %8.0f | one by one %8.0f | %.2fx (3 alternated rounds %.2f-%.2fx)"
+              % (name, batch, a["train_samples_per_s"], a["plain_samples_per_s"], a["ratio"], a["ratio_min"], a["ratio_max"]))
 for m in ("cnn2d", "hybridsn"):
     a, c = g.get(m), g.get(m + "_cpu")
     if a and c:
