@@ -531,31 +531,33 @@ static void bench_model(const char *key, const char *name, int batch, int bands,
     CHECK(hsi_dmodel_create(&dg, m, nd - 1, xs + 1, batch, &cfg, 1));
     CHECK(hsi_dmodel_set_conv(dg, g_conv));
     CHECK(hsi_dmodel_set_graph(dg, 1));
-    for (int i = 0; i < 3; i++) CHECK(hsi_dmodel_train_step(dg, x, y, batch)); /* measure, capture */
-    double r_plain[3], r_graph[3];
-    for (int r = 0; r < 3; r++) {
-        for (int v = 0; v < 2; v++) {
-            hsi_dmodel *dv = v ? dg : d;
-            CHECK(hsi_cuda_sync());
-            double t0 = hsi_now();
-            for (int i = 0; i < steps; i++) CHECK(hsi_dmodel_train_step(dv, x, y, batch));
-            CHECK(hsi_cuda_sync());
-            (v ? r_graph : r_plain)[r] = (double)batch * steps / (hsi_now() - t0);
-        }
+    for (int i = 0; i < 3; i++) { /* measure, capture */
+        CHECK(hsi_dmodel_train_step(dg, x, y, batch));
+        CHECK(hsi_dmodel_predict(dg, &logits, x, batch));
     }
-    {
-        double lo = 1e30, hi = 0, gs = 0, ps = 0;
+    for (int train = 1; train >= 0; train--) {
+        double r_plain[3], r_graph[3], lo = 1e30, hi = 0, gs = 0, ps = 0;
         for (int r = 0; r < 3; r++) {
+            for (int v = 0; v < 2; v++) {
+                hsi_dmodel *dv = v ? dg : d;
+                CHECK(hsi_cuda_sync());
+                double t0 = hsi_now();
+                for (int i = 0; i < steps; i++)
+                    CHECK(train ? hsi_dmodel_train_step(dv, x, y, batch) : hsi_dmodel_predict(dv, &logits, x, batch));
+                CHECK(hsi_cuda_sync());
+                (v ? r_graph : r_plain)[r] = (double)batch * steps / (hsi_now() - t0);
+            }
             double q = r_graph[r] / r_plain[r];
             lo = q < lo ? q : lo, hi = q > hi ? q : hi;
             gs += r_graph[r], ps += r_plain[r];
         }
-        snprintf(ikey, sizeof ikey, "%s_graph", key);
-        emit(ikey, "{\"batch\": %d, \"train_samples_per_s\": %.1f, \"plain_samples_per_s\": %.1f, "
+        snprintf(ikey, sizeof ikey, "%s%s_graph", key, train ? "" : "_infer");
+        emit(ikey, "{\"batch\": %d, \"samples_per_s\": %.1f, \"plain_samples_per_s\": %.1f, "
                    "\"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, \"graph_launches\": %lld}",
-             batch, gs / 3, ps / 3, gs / ps, lo, hi, (long long)hsi_dmodel_graph_launches(dg));
-        fprintf(stderr, "%s (batch %d) on the GPU: train as a CUDA Graph %.0f samples/s vs %.0f one by "
-                        "one (%.2fx, rounds %.2f-%.2fx)\n", name, batch, gs / 3, ps / 3, gs / ps, lo, hi);
+             batch, gs / 3, ps / 3, gs / ps, lo, hi, (long long)hsi_dmodel_graph_launches(dg, train));
+        fprintf(stderr, "%s (batch %d) on the GPU: %s as a CUDA Graph %.0f samples/s vs %.0f one by "
+                        "one (%.2fx, rounds %.2f-%.2fx)\n", name, batch, train ? "train" : "infer",
+                gs / 3, ps / 3, gs / ps, lo, hi);
     }
 cleanup:
     hsi_dmodel_free(dg);

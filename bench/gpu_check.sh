@@ -29,7 +29,9 @@
 #                    cuda_layers (bias / batch-norm sums), one run each
 #   gpu_bench  80 s  hsi's GPU figures (H2D pinned/pageable, device memcpy,
 #                    GPU stats and fused pass vs the CPU one, cnn2d at batch
-#                    128 and 1024 and HybridSN on the card and on the CPU engine)
+#                    128 and 1024 and HybridSN on the card and on the CPU engine;
+#                    each model's training and inference also as one CUDA Graph
+#                    per batch, alternated with one by one, 3 rounds)
 #   profile    30 s  `hsi bench model --device cuda --ops` for cnn2d at batch
 #                    1024 and 128 and HybridSN at 128: a training step's time
 #                    per op and layer (each piece waited for), in profile.txt;
@@ -276,11 +278,12 @@ for key, name, batch in models:
                 ai["infer_samples_per_s"], b["infer_samples_per_s"], ri)
         print(line)
 for key, name, batch in models:
-    a = g.get(key + "_graph")
-    if a:
-        ratios[key + "_graph_over_plain"] = a["ratio"]
-        print("  %-8s b%-5d train as one CUDA Graph per step %8.0f | one by one %8.0f | %.2fx (3 alternated rounds %.2f-%.2fx)"
-              % (name, batch, a["train_samples_per_s"], a["plain_samples_per_s"], a["ratio"], a["ratio_min"], a["ratio_max"]))
+    for what, k in (("train", key + "_graph"), ("infer", key + "_infer_graph")):
+        a = g.get(k)
+        if a:
+            ratios[k + "_over_plain"] = a["ratio"]
+            print("  %-8s b%-5d %s as one CUDA Graph per batch %8.0f | one by one %8.0f | %.2fx (3 alternated rounds %.2f-%.2fx)"
+                  % (name, batch, what, a["samples_per_s"], a["plain_samples_per_s"], a["ratio"], a["ratio_min"], a["ratio_max"]))
 for m in ("cnn2d", "hybridsn"):
     a, c = g.get(m), g.get(m + "_cpu")
     if a and c:

@@ -126,7 +126,7 @@ static hsi_status time_on_gpu(double *train_sps, double *infer_sps, char *conv_n
     }
     HSI_TRY(hsi_cuda_sync());
     *train_sps = (double)(n * steps) / (hsi_now() - t0);
-    *launches = (long long)hsi_dmodel_graph_launches(dm);
+    *launches = (long long)hsi_dmodel_graph_launches(dm, 1);
     if (ops) {
         hsi_op_profile(1);
         for (long long s = 0; s < steps && st == HSI_OK; s++) st = hsi_dmodel_train_step(dm, x_d, y_d, n);
@@ -394,7 +394,7 @@ HSI_CLI_COMMAND(bench_model,
                  "is the CPU's only and cudnn the GPU's only: each is a usage error on\n"
                  "the other device. --ops: the training step's time per op and layer on\n"
                  "stderr, from extra steps that wait for each layer. --graph: each\n"
-                 "training step (from the third) is one CUDA Graph launch instead of a\n"
-                 "launch per kernel (the JSON's graph_launches counts them; the same\n"
-                 "results bit for bit).\n",
+                 "training step and inference batch from the second of its kind on is\n"
+                 "one CUDA Graph launch instead of a launch per kernel (the same results\n"
+                 "bit for bit; the JSON's graph_launches counts the training steps).\n",
                  bench_model})

@@ -206,7 +206,9 @@ __device__ double block_sum(double v, double *sh)
  * channel in order: the same bits on every run. Flat indices split into
  * (sample, position) with a fastdiv, so the arrays must hold fewer than
  * 2^31 elements (else the one-block-per-channel kernels run). */
-enum { CS_SUM_SQ = 0, CS_DY_XM = 1 };
+/* the second sum: of squares (batch norm forward), of dy * (x - mean)
+ * (its backward), none (the bias gradient) */
+enum { CS_SUM_SQ = 0, CS_DY_XM = 1, CS_SUM = 2 };
 
 template <int MODE>
 __global__ void chan_parts_kernel(double2 *part, const float *a, const float *b, const float *mean,
@@ -223,10 +225,10 @@ __global__ void chan_parts_kernel(double2 *part, const float *a, const float *b,
         float v = a[k];
         s0 += v;
         if (MODE == CS_SUM_SQ) s1 += (double)v * v;
-        else s1 += (double)(v * (b[k] - m));
+        else if (MODE == CS_DY_XM) s1 += (double)(v * (b[k] - m));
     }
     s0 = block_sum(s0, sh);
-    s1 = block_sum(s1, sh);
+    if (MODE != CS_SUM) s1 = block_sum(s1, sh);
     if (threadIdx.x == 0) part[(size_t)ch * gridDim.x + p] = make_double2(s0, s1);
 }
 
@@ -302,7 +304,7 @@ hsi_status hsi_cu_conv_db(float *db, const float *dy, int64_t n, int64_t k, int6
     void *part = NULL;
     int parts = chan_parts(n * os, k);
     HSI_CU_TRY(hsi_cuda_malloc(&part, sizeof(double2) * (size_t)(k * parts)));
-    st = chan_sums<CS_SUM_SQ>((double2 *)part, parts, dy, NULL, NULL, n, k, os, what);
+    st = chan_sums<CS_SUM>((double2 *)part, parts, dy, NULL, NULL, n, k, os, what);
     if (st == HSI_OK) {
         chan_db_kernel<<<(unsigned)((k + 127) / 128), 128, 0, hsi_cu_stream()>>>(db, (const double2 *)part,
                                                                               parts, (int)k);

@@ -55,6 +55,14 @@ struct dm_layer {
     int64_t num_batches;
 };
 
+/* A step captured as a CUDA Graph (training, or the eval forward). */
+typedef struct dm_graph {
+    int state;                    /* 0: not measured, 1: its scratch made, 2: captured */
+    void *exec, *scratch;         /* cudaGraphExec_t; the launchers' scratch (bytes) */
+    size_t bytes;
+    int64_t launches;
+} dm_graph;
+
 struct hsi_dmodel {
     dm_layer *l;
     int nl;
@@ -80,14 +88,12 @@ struct hsi_dmodel {
     int folds_valid;              /* the wf, bf of the fold layers match the parameters */
     hsi_step_scalars *scal;       /* this step's dropout key and Adam factors, on the device */
     int has_dropout;
-    /* the training step as a CUDA Graph (hsi_dmodel_set_graph) */
+    /* the training step and the eval forward as CUDA Graphs (hsi_dmodel_set_graph) */
     int graph;                    /* asked for */
-    int graph_state;              /* 0: not measured, 1: scratch and inputs made, 2: captured */
-    void *gexec, *gstream, *gscratch;
-    size_t gscratch_bytes;
-    float *gx;                    /* the captured step's input and labels */
+    dm_graph gtrain, geval;
+    void *gstream;                /* where they are captured */
+    float *gx;                    /* the captured steps' input and labels */
     int32_t *gy;
-    int64_t graph_launches;
 };
 
 /* f32 packed host tensor -> new device copy */
@@ -789,24 +795,28 @@ hsi_status hsi_dmodel_optim_step(hsi_dmodel *d)
     return st;
 }
 
-/* ------------------------------------------------ the step as a CUDA Graph */
+/* ------------------------------------------- the steps as CUDA Graphs */
 
-/* Forgets the captured step (a later graph step measures and captures
- * again). Waits for the stream first: a launch may still be running. */
-static void graph_drop(hsi_dmodel *d)
+/* Forgets a captured step (the next one measures and captures again).
+ * Waits for the stream first: a launch may still be running. */
+static void graph_forget(dm_graph *G)
 {
-    if (d->gexec) {
+    if (G->exec) {
         const hsi_cuda_plugin *cu = hsi_cuda_plugin_get();
         if (hsi_cuda_sync() != HSI_OK) hsi_clear_error();
-        if (cu) cu->graph_destroy(d->gexec);
-        d->gexec = NULL;
+        if (cu) cu->graph_destroy(G->exec);
     }
-    hsi_cuda_free(d->gscratch);
+    hsi_cuda_free(G->scratch);
+    memset(G, 0, sizeof *G);
+}
+
+static void graph_drop(hsi_dmodel *d)
+{
+    graph_forget(&d->gtrain);
+    graph_forget(&d->geval);
     hsi_cuda_free(d->gx);
     hsi_cuda_free(d->gy);
-    d->gscratch = NULL, d->gx = NULL, d->gy = NULL;
-    d->gscratch_bytes = 0;
-    d->graph_state = 0;
+    d->gx = NULL, d->gy = NULL;
 }
 
 hsi_status hsi_dmodel_set_graph(hsi_dmodel *d, int on)
@@ -816,7 +826,10 @@ hsi_status hsi_dmodel_set_graph(hsi_dmodel *d, int on)
     return HSI_OK;
 }
 
-int64_t hsi_dmodel_graph_launches(const hsi_dmodel *d) { return d->graph_launches; }
+int64_t hsi_dmodel_graph_launches(const hsi_dmodel *d, int training)
+{
+    return (training ? &d->gtrain : &d->geval)->launches;
+}
 
 static hsi_status plain_step(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
 {
@@ -825,9 +838,17 @@ static hsi_status plain_step(hsi_dmodel *d, const float *x, const int32_t *y, in
     return st;
 }
 
-/* Records the step's launches (on the model's own stream, over d->gx and
- * d->gy, scratch from d->gscratch only) as d->gexec; runs nothing. */
-static hsi_status capture(hsi_dmodel *d)
+static hsi_status plain_predict(hsi_dmodel *d, const float *x, int64_t n)
+{
+    bind(d, x);
+    hsi_status st = d->folds_valid ? HSI_OK : fold_all(d);
+    return st == HSI_OK ? forward(d, n, 0) : st;
+}
+
+/* Records the launches of a training step (training) or an eval forward
+ * of max_batch samples over d->gx (and d->gy), on the model's own stream,
+ * with scratch from G's block only, as G->exec; runs nothing. */
+static hsi_status capture(hsi_dmodel *d, dm_graph *G, int training)
 {
     hsi_status st = HSI_OK;
     const hsi_cuda_plugin *cu = hsi_cuda_plugin_get();
@@ -836,17 +857,22 @@ static hsi_status capture(hsi_dmodel *d)
     if (!d->gstream) HSI_TRY(cu->stream_create(&d->gstream));
     HSI_TRY(hsi_cuda_sync()); /* nothing queued on this thread's stream is left for the capture to wait for */
     void *prev = hsi_cuda_set_stream(d->gstream);
-    st = hsi_cuda_scratch_begin(d->gscratch, d->gscratch_bytes, 1);
+    st = hsi_cuda_scratch_begin(G->scratch, G->bytes, 1);
     if (st == HSI_OK) {
         st = cu->capture_begin(d->gstream);
         if (st == HSI_OK) {
             void *exec = NULL;
-            st = fb_launch(d, d->gx, d->gy, d->max_batch);
-            if (st == HSI_OK) st = optim_launch(d);
+            if (training) {
+                st = fb_launch(d, d->gx, d->gy, d->max_batch);
+                if (st == HSI_OK) st = optim_launch(d);
+            } else {
+                bind(d, d->gx);
+                st = forward(d, d->max_batch, 0); /* the folds are valid: plain_predict ran */
+            }
             if (st != HSI_OK) snprintf(why, sizeof why, "%s", hsi_last_error());
             hsi_status e = cu->capture_end(d->gstream, &exec);
             if (st == HSI_OK) st = e;
-            if (st == HSI_OK) d->gexec = exec;
+            if (st == HSI_OK) G->exec = exec;
             else cu->graph_destroy(exec);
         }
         hsi_cuda_scratch_end();
@@ -854,48 +880,61 @@ static hsi_status capture(hsi_dmodel *d)
     hsi_cuda_set_stream(prev);
     if (st != HSI_OK && why[0]) hsi_fail(st, "%s", why); /* the first failure, not capture_end's */
 cleanup:
-    return st == HSI_OK ? st : hsi_fail_context(st, "device model: capturing the training step as a CUDA Graph");
+    return st == HSI_OK ? st
+                        : hsi_fail_context(st, "device model: capturing the %s as a CUDA Graph",
+                                           training ? "training step" : "eval forward");
 }
 
-/* A step of max_batch samples by the graph: the first one runs as usual
- * and measures the scratch its launchers take, the second captures, and
- * each from then on sets the step's values, copies x and y in and
- * launches the graph on this thread's stream. */
-static hsi_status graph_step(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
+/* A training step (training) or an eval forward of max_batch samples by
+ * its graph: the first runs as usual and measures the scratch its
+ * launchers take, the second captures, and each from then on refreshes
+ * what the graph reads (the step's values; the folded filters), copies x
+ * (and y) in and launches the graph on this thread's stream. */
+static hsi_status graph_call(hsi_dmodel *d, int training, const float *x, const int32_t *y, int64_t n)
 {
     hsi_status st = HSI_OK;
-    if (d->graph_state == 0) {
+    dm_graph *G = training ? &d->gtrain : &d->geval;
+    const size_t xb = sizeof(float) * (size_t)(n * d->l[0].g.in_per);
+    if (G->state == 0) {
         HSI_TRY(hsi_cuda_scratch_begin(NULL, 0, 0));
-        st = plain_step(d, x, y, n);
+        st = training ? plain_step(d, x, y, n) : plain_predict(d, x, n);
         size_t need = hsi_cuda_scratch_end();
         if (st != HSI_OK) return st;
-        HSI_TRY(hsi_cuda_malloc(&d->gscratch, need ? need : 256));
-        d->gscratch_bytes = need ? need : 256;
-        HSI_TRY(hsi_cuda_malloc((void **)&d->gx, sizeof(float) * (size_t)(n * d->l[0].g.in_per)));
-        HSI_TRY(hsi_cuda_malloc((void **)&d->gy, sizeof(int32_t) * (size_t)n));
-        d->graph_state = 1;
+        G->bytes = need ? need : 256;
+        HSI_TRY(hsi_cuda_malloc(&G->scratch, G->bytes));
+        if (!d->gx) HSI_TRY(hsi_cuda_malloc((void **)&d->gx, xb));
+        if (!d->gy) HSI_TRY(hsi_cuda_malloc((void **)&d->gy, sizeof(int32_t) * (size_t)n));
+        G->state = 1;
         return HSI_OK;
     }
-    if (d->graph_state == 1) {
-        HSI_TRY(capture(d));
-        d->graph_state = 2;
+    if (training) HSI_TRY(set_scalars(d, d->step + 1));
+    else if (!d->folds_valid) HSI_TRY(fold_all(d));
+    if (G->state == 1) {
+        HSI_TRY(capture(d, G, training));
+        G->state = 2;
     }
-    const hsi_cuda_plugin *cu = hsi_cuda_plugin_get();
-    HSI_TRY(set_scalars(d, d->step + 1));
-    if (x != d->gx) HSI_TRY(hsi_cuda_copy(d->gx, x, sizeof(float) * (size_t)(n * d->l[0].g.in_per)));
-    if (y != d->gy) HSI_TRY(hsi_cuda_copy(d->gy, y, sizeof(int32_t) * (size_t)n));
-    HSI_TRY(cu->graph_launch(d->gexec, hsi_cuda_stream()));
-    count_forward(d, n);
-    d->step++;
-    d->graph_launches++;
+    if (x != d->gx) HSI_TRY(hsi_cuda_copy(d->gx, x, xb));
+    if (training && y != d->gy) HSI_TRY(hsi_cuda_copy(d->gy, y, sizeof(int32_t) * (size_t)n));
+    HSI_TRY(hsi_cuda_plugin_get()->graph_launch(G->exec, hsi_cuda_stream()));
+    bind(d, d->gx);
+    if (training) {
+        count_forward(d, n);
+        d->step++;
+    }
+    G->launches++;
 cleanup:
     return st;
 }
 
+/* whether a call of n samples runs by its graph */
+static int by_graph(const hsi_dmodel *d, int64_t n)
+{
+    return d->graph && n == d->max_batch && !hsi_op_profile_on();
+}
+
 hsi_status hsi_dmodel_train_step(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
 {
-    if (d->graph && n == d->max_batch && !hsi_op_profile_on()) return graph_step(d, x, y, n);
-    return plain_step(d, x, y, n);
+    return by_graph(d, n) ? graph_call(d, 1, x, y, n) : plain_step(d, x, y, n);
 }
 
 hsi_status hsi_dmodel_loss(hsi_dmodel *d, double *loss)
@@ -911,9 +950,7 @@ hsi_status hsi_dmodel_predict(hsi_dmodel *d, const float **logits, const float *
     if (n < 1 || n > d->max_batch)
         return HSI_FAIL(HSI_ERR_ARG, "device model: batch of %lld samples (1..%lld)", (long long)n,
                         (long long)d->max_batch);
-    bind(d, x);
-    hsi_status st = d->folds_valid ? HSI_OK : fold_all(d);
-    if (st == HSI_OK) st = forward(d, n, 0);
+    hsi_status st = by_graph(d, n) ? graph_call(d, 0, x, NULL, n) : plain_predict(d, x, n);
     *logits = st == HSI_OK ? d->act[d->nl] : NULL;
     return st;
 }

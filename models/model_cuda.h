@@ -83,21 +83,23 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
 hsi_status hsi_dmodel_optim_step(hsi_dmodel *d);
 /* forward_backward + optim_step: one training step. */
 hsi_status hsi_dmodel_train_step(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n);
-/* Training steps of max_batch samples as one CUDA Graph (on = 1; 0 drops
- * it). The first such step runs as usual and measures the temporary device
- * memory its launchers take; the second records the whole step (gradient
- * zeroing, forward, loss, backward, Adam/AdamW) once, on the model's own
- * stream, over the model's own input buffers and scratch; every later one
- * sets the step's values (dropout key, Adam's factors: read by the kernels
- * from the device), copies x and y into those buffers and launches the
- * graph on this thread's stream: one launch instead of one per kernel. The
- * results are the same bits as without it. Shorter batches and profiled
- * steps (hsi_op_profile) run as usual; hsi_dmodel_set_conv drops the graph.
- * A capture that fails returns the error (why, and that the capture
- * failed). Off by default. */
+/* Training steps and eval forwards (hsi_dmodel_predict) of max_batch
+ * samples each as one CUDA Graph launch (on = 1; 0 drops them) instead of a
+ * launch per kernel. For each, the first call runs as usual and measures
+ * the temporary device memory its launchers take; the second records its
+ * launches once (the training step: gradient zeroing, forward, loss,
+ * backward, Adam/AdamW), on the model's own stream, over the model's own
+ * input buffers and scratch; every later one refreshes what the graph
+ * reads (the step's dropout key and Adam factors, read by the kernels from
+ * the device; the folded filters), copies x (and y) into those buffers and
+ * launches the graph on this thread's stream. The results are the same
+ * bits as without. Shorter batches and profiled steps (hsi_op_profile)
+ * run as usual; hsi_dmodel_set_conv drops the graphs. A capture that fails
+ * returns the error (why, and that the capture failed). Off by default. */
 hsi_status hsi_dmodel_set_graph(hsi_dmodel *d, int on);
-/* Training steps run as one graph launch so far. */
-int64_t hsi_dmodel_graph_launches(const hsi_dmodel *d);
+/* Calls run as one graph launch so far: training steps (training = 1) or
+ * eval forwards (0). */
+int64_t hsi_dmodel_graph_launches(const hsi_dmodel *d, int training);
 /* The last step's loss (waits for the stream: call it only when logging). */
 hsi_status hsi_dmodel_loss(hsi_dmodel *d, double *loss);
 /* Eval-mode forward (running statistics, no dropout) of n samples; *logits:

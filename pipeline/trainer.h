@@ -85,7 +85,8 @@ typedef struct hsi_train_config {
                                      too: the device's best, on the GPU cuDNN when it loads),
                                      gemm, direct (CPU: sets hsi_conv_set_impl, process-wide),
                                      cudnn (GPU: an error when cuDNN cannot run) */
-    int cuda_graph;               /* GPU: each full batch's step as one CUDA Graph launch
+    int cuda_graph;               /* GPU: each full batch's step and validation forward as one
+                                     CUDA Graph launch
                                      (hsi_dmodel_set_graph; the same bits); an error with
                                      device cpu, unused when auto finds no GPU */
     int resume;                   /* continue from out_dir/train_state.safetensors */
