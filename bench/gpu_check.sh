@@ -6,7 +6,10 @@
 #   probe      15 s  nvidia-smi and `gpu_bench --probe 1` (the CUDA runtime's
 #                    own error when it sees no device: a driver older than the
 #                    runtime is said as such)
-#   tests      75 s  the CUDA suites (`--require-cuda cuda`: fail without a device)
+#   tests      75 s  the CUDA suites (`--require-cuda cuda`: fail without a device),
+#                    then cuda_layers and cuda_model again with
+#                    HSI_CUDA_WIDE_INDEX=1 (the 64-bit-index kernels, else
+#                    only for arrays of 2^31 elements or more; 20 s of it)
 #   commands   35 s  hsi's own commands with --device cpu and --device cuda on
 #                    data_samples/ (stats, preprocess, train, predict, bench
 #                    model), compared by bench/gpu_commands.py
@@ -488,6 +491,14 @@ if needs_device tests; then
     counts=$(cunit_counts "$O/tests.log")
     [ -z "$counts" ] && counts="no CUnit summary: $(tail -1 "$O/tests.log")"
     result tests "$(rc_status "$RC")" "$RC" "$SECS" "$counts (log $O/tests.log)"
+    # the layers' 64-bit-index kernels (otherwise only for arrays of 2^31
+    # elements or more) on the same parity cases: HSI_CUDA_WIDE_INDEX=1
+    echo "== [tests_wide] HSI_CUDA_WIDE_INDEX=1 $TESTS_BIN --require-cuda cuda_layers cuda_model"
+    timed 20 "$O/tests_wide.log" "${HSI_ENV[@]}" HSI_CUDA_WIDE_INDEX=1 "$TESTS_BIN" --require-cuda cuda_layers cuda_model
+    { echo; echo "==== HSI_CUDA_WIDE_INDEX=1 (the 64-bit-index kernels)"; cat "$O/tests_wide.log"; } >> "$O/tests.log"
+    grep -E "Test:.*(FAILED)|^ +[0-9]+\. " "$O/tests_wide.log" | head -20
+    counts=$(cunit_counts "$O/tests_wide.log")
+    result tests_wide "$(rc_status "$RC")" "$RC" "$SECS" "${counts:-no CUnit summary} (appended to $O/tests.log)"
 fi
 
 # ------------------------------- 1a. the commands, --device cpu and cuda

@@ -8,6 +8,8 @@
 #define HSI_CUDA_INDEX_H
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/fastdiv.h"
 #include "models/layers.h"
@@ -15,6 +17,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* 1 when arrays of `elems` elements take the 32-bit kernels (fewer than
+ * 2^31). HSI_CUDA_WIDE_INDEX=1 (read once per process) sends every size to
+ * the 64-bit ones, so that the device suites reach them on small arrays. */
+static inline int hsi_index32_fits(int64_t elems)
+{
+    static int wide = -1;
+    if (wide < 0) {
+        const char *e = getenv("HSI_CUDA_WIDE_INDEX");
+        wide = e && *e && strcmp(e, "0") != 0;
+    }
+    return !wide && elems < ((int64_t)1 << 31);
+}
 
 /* g's kernel, stride, pad, input and output sizes per axis (KD .. OW) from
  * the dims d of a convolution or pooling; 2-D as 3-D with depth 1. */
@@ -47,8 +62,7 @@ static inline int hsi_im2col_geom_make(hsi_im2col_geom *g, const hsi_conv_dims *
     ck = (int64_t)g->C * g->KD * g->KH * g->KW;
     os = (int64_t)g->OD * g->OH * g->OW;
     is = (int64_t)g->ID * g->IH * g->IW;
-    if (nc < 1 || nc * ck * os >= ((int64_t)1 << 31) || nc * g->C * is >= ((int64_t)1 << 31))
-        return 0;
+    if (nc < 1 || !hsi_index32_fits(nc * ck * os) || !hsi_index32_fits(nc * g->C * is)) return 0;
     g->CK = (uint32_t)ck, g->OS = (uint32_t)os, g->IS = (uint32_t)is;
     g->os = hsi_fastdiv_make(g->OS), g->ck = hsi_fastdiv_make(g->CK);
     g->kw = hsi_fastdiv_make((uint32_t)g->KW), g->kh = hsi_fastdiv_make((uint32_t)g->KH);
@@ -132,7 +146,7 @@ static inline int hsi_pool_geom32_make(hsi_pool_geom32 *g, const hsi_pool_dims *
     HSI_AXES3(g, d);
     is = (int64_t)g->ID * g->IH * g->IW;
     os = (int64_t)g->OD * g->OH * g->OW;
-    if (planes * is >= ((int64_t)1 << 31) || planes * os >= ((int64_t)1 << 31)) return 0;
+    if (!hsi_index32_fits(planes * is) || !hsi_index32_fits(planes * os)) return 0;
     g->IS = (uint32_t)is, g->OS = (uint32_t)os;
     g->os = hsi_fastdiv_make(g->OS), g->ow = hsi_fastdiv_make((uint32_t)g->OW);
     g->oh = hsi_fastdiv_make((uint32_t)g->OH), g->is = hsi_fastdiv_make(g->IS);

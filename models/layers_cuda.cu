@@ -236,7 +236,7 @@ __global__ void chan_parts_kernel(double2 *part, const float *a, const float *b,
  * channels within the grid's y limit */
 static int bn_split(int64_t n, int64_t c, int64_t s)
 {
-    return n * c * s < ((int64_t)1 << 31) && c <= 65535;
+    return hsi_index32_fits(n * c * s) && c <= 65535;
 }
 
 /* Blocks per channel: about 1024 blocks in all, at least 1024 elements
@@ -666,7 +666,7 @@ extern "C" hsi_status hsi_gap_backward_cuda(float *dx, const float *dy, int n, i
 {
     HSI_CU_TRY(hsi_cuda_require("global average pool"));
     int64_t rows = (int64_t)n * c;
-    if (rows * s < ((int64_t)1 << 31))
+    if (hsi_index32_fits(rows * s))
         gap_bwd_fd_kernel<<<hsi_cu_blocks(rows * s, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
             dx, dy, hsi_fastdiv_make((uint32_t)s), (uint32_t)(rows * s), 1.0f / (float)s);
     else
