@@ -10,9 +10,11 @@
 #                    then cuda_layers and cuda_model again with
 #                    HSI_CUDA_WIDE_INDEX=1 (the 64-bit-index kernels, else
 #                    only for arrays of 2^31 elements or more; 20 s of it)
-#   commands   35 s  hsi's own commands with --device cpu and --device cuda on
+#   commands   45 s  hsi's own commands with --device cpu and --device cuda on
 #                    data_samples/ (stats, preprocess, train, predict, bench
-#                    model), compared by bench/gpu_commands.py
+#                    model), then train --conv gemm with and without
+#                    --cuda-graph and predict --cuda-graph, compared by
+#                    bench/gpu_commands.py
 #   salinas_a  60 s  `hsi train` end to end on Salinas-A (the .mat cube and
 #                    ground truth bench/gpu_prepare.sh packed into
 #                    build/gpu/run/data/salinas_a, else those of
@@ -83,7 +85,7 @@ mkdir -p "$O" || exit 2
 RES=$O/results.jsonl
 MODE=${HSI_GPU_CHECK_MODE:-auto}
 TOTAL=${HSI_GPU_CHECK_TOTAL_S:-476} # the deadline: the budgets (470 s) plus a few seconds for the script itself
-declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=75 [commands]=35 [salinas_a]=60
+declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=75 [commands]=45 [salinas_a]=60
                    [memcheck]=85 [racecheck]=25 [gpu_bench]=80 [profile]=30 [torch]=55)
 T0=$(date +%s)
 # the environment as it was started: what PyTorch gets
@@ -519,6 +521,16 @@ if needs_device commands; then
             timeout -k 1 $l "${HSI_ENV[@]}" bash -c "$HSI_CMD $c" >> "$O/commands.log" 2>&1 ||
                 echo "   exit status $?: hsi $c"
         done
+    done
+    # CUDA Graphs end to end: the gemm convolutions (no per-process choice
+    # of algorithm) trained with and without, and a map predicted with
+    for c in "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm --epochs 3 --device cuda --conv gemm --quiet" \
+             "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm_graph --epochs 3 --device cuda --conv gemm --cuda-graph --quiet" \
+             "predict $C/run_cpu data_samples/scene.hdr $C/map_cuda_graph.hdr --device cuda --cuda-graph --quiet"; do
+        l=$(( BUDGET[commands] - ($(now) - t) - 2 ))
+        [ $l -lt 2 ] && { echo "   (out of time before: $c)"; break; }
+        timeout -k 1 $l "${HSI_ENV[@]}" bash -c "$HSI_CMD $c" >> "$O/commands.log" 2>&1 ||
+            echo "   exit status $?: hsi $c"
     done
     python3 bench/gpu_commands.py "$C" > "$O/commands.jsonl" 2>> "$O/commands.log"
     RC=$?

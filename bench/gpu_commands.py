@@ -10,6 +10,10 @@ stage reports. Standard library only (the GPU image may lack numpy).
                             CPU output's range
   run_{cpu,cuda}/metrics.json  hsi train: test OA of each
   map_{cpu,cuda}            hsi predict with the CPU-trained run: pixels equal
+  run_gemm{,_graph}/model.safetensors  hsi train --device cuda --conv gemm
+                            without and with --cuda-graph: the same bytes
+  map_cuda{,_graph}         hsi predict --device cuda without and with
+                            --cuda-graph: pixels equal
   bench_{cpu,cuda}.json     hsi bench model --json: samples/s, GPU over CPU
 Exit status 1 when a comparison is outside its tolerance or a file is
 missing, else 0.
@@ -91,6 +95,22 @@ def main():
         ok = len(a) == len(b) and same >= 0.999
         emit({"compare": "predict", "bytes": len(a), "fraction_equal": same}, ok,
              "predict: %.4f of the map equal" % same)
+    if have("run_gemm/model.safetensors", "run_gemm_graph/model.safetensors"):
+        with open(os.path.join(d, "run_gemm/model.safetensors"), "rb") as f:
+            a = f.read()
+        with open(os.path.join(d, "run_gemm_graph/model.safetensors"), "rb") as f:
+            b = f.read()
+        emit({"compare": "train_cuda_graph", "bytes": len(a), "identical": a == b}, a == b,
+             "train --cuda-graph: the model %s" % ("identical" if a == b else "DIFFERS"))
+    if have("map_cuda", "map_cuda_graph"):
+        with open(os.path.join(d, "map_cuda"), "rb") as f:
+            a = f.read()
+        with open(os.path.join(d, "map_cuda_graph"), "rb") as f:
+            b = f.read()
+        same = sum(x == y for x, y in zip(a, b)) / max(len(a), 1)
+        ok = len(a) == len(b) and same >= 0.999
+        emit({"compare": "predict_cuda_graph", "bytes": len(a), "fraction_equal": same}, ok,
+             "predict --cuda-graph: %.4f of the map equal" % same)
     if have("bench_cpu.json", "bench_cuda.json"):
         a, b = load(os.path.join(d, "bench_cpu.json")), load(os.path.join(d, "bench_cuda.json"))
         r = {k: b[k] / a[k] for k in ("train_samples_per_s", "infer_samples_per_s") if a.get(k)}

@@ -313,6 +313,16 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
     return HSI_EXIT_OK;
 }
 
+/* --cuda-graph of predict and eval: refused with --device cpu. 1, else a
+ * usage error has been printed. */
+static int graph_device(const char *cmd, int graph, hsi_device dev)
+{
+    if (!graph || dev != HSI_DEVICE_CPU) return 1;
+    hsi_cli_usage_error(cmd, "--cuda-graph runs the model's forward as a CUDA Graph: it needs "
+                             "--device cuda (or auto)");
+    return 0;
+}
+
 /* --conv of predict and eval for the device the prediction runs on (auto
  * resolved as hsi_run_predict does): the CPU engine's choice is set, the
  * GPU's returned in *gpu. 1, else a usage error has been printed. */
@@ -490,7 +500,7 @@ HSI_CLI_COMMAND(profile, {"profile", "per-stage timings of a job: hsi profile tr
 static int predict_run(int argc, char **argv)
 {
     const char *pos[3] = {NULL, NULL, NULL}, *var = NULL, *conv = "auto";
-    int npos = 0, batch = 256, verbose = 1, overwrite = 0;
+    int npos = 0, batch = 256, verbose = 1, overwrite = 0, graph = 0;
     hsi_device dev = HSI_DEVICE_CPU;
     hsi_gpu_conv gconv = HSI_GPU_CONV_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -507,12 +517,13 @@ static int predict_run(int argc, char **argv)
             batch = (int)k;
         } else if (!strcmp(argv[i], "--quiet")) verbose = 0;
         else if (!strcmp(argv[i], "--overwrite")) overwrite = 1;
+        else if (!strcmp(argv[i], "--cuda-graph")) graph = 1;
         else if (argv[i][0] == '-' && argv[i][1]) return hsi_cli_usage_error("predict", "unknown option '%s'", argv[i]);
         else if (npos < 3) pos[npos++] = argv[i];
         else return hsi_cli_usage_error("predict", "too many arguments");
     }
     if (npos < 3) return hsi_cli_usage_error("predict", "need DIR CUBE OUT");
-    if (!predict_conv("predict", conv, dev, &gconv)) return HSI_EXIT_USAGE;
+    if (!predict_conv("predict", conv, dev, &gconv) || !graph_device("predict", graph, dev)) return HSI_EXIT_USAGE;
     hsi_run run;
     hsi_cube cube;
     int32_t *map = NULL;
@@ -531,7 +542,7 @@ static int predict_run(int argc, char **argv)
     }
     /* under mpirun every rank classifies its share of the tiles; rank 0 writes */
     hsi_predict_opts po = {.batch = batch, .progress_label = verbose ? "predict" : NULL, .across_ranks = 1,
-                           .device = dev, .conv = gconv};
+                           .device = dev, .conv = gconv, .cuda_graph = graph};
     HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
     if (hsi_dist_rank() == 0) HSI_TRY(hsi_run_write_map(&run, pos[2], map, L, S, &cube.meta));
 cleanup:
@@ -545,7 +556,7 @@ cleanup:
 
 HSI_CLI_COMMAND(predict, {"predict", "classify every pixel of a cube with a trained model",
                           "usage: hsi predict DIR CUBE OUT [--var NAME] [--batch N] [--device cpu|cuda|auto]\n"
-                          "                                [--conv auto|direct|gemm|cudnn] [--quiet] [--overwrite]\n"
+                          "                                [--conv auto|direct|gemm|cudnn] [--cuda-graph] [--quiet] [--overwrite]\n"
                           "\n"
                           "DIR is an `hsi train` output directory. The cube is preprocessed with\n"
                           "the fitted pipeline and classified in line tiles (memory holds one\n"
@@ -558,13 +569,15 @@ HSI_CLI_COMMAND(predict, {"predict", "classify every pixel of a cube with a trai
                           "                    patches packed on the host), or an error saying why\n"
                           "                    not; auto: the GPU when there is one, else the CPU\n"
                           "  --conv auto|direct|gemm|cudnn   the model's convolutions, as for hsi\n"
-                          "                    train (GPU auto: cuDNN when it loads, else gemm)\n",
+                          "                    train (GPU auto: cuDNN when it loads, else gemm)\n"
+                          "  --cuda-graph      GPU: each full batch's forward as one CUDA Graph launch\n"
+                          "                    instead of one per kernel (the same map)\n",
                           predict_run})
 
 static int eval_run(int argc, char **argv)
 {
     const char *pos[3] = {NULL, NULL, NULL}, *var = NULL, *lvar = NULL, *json = NULL, *conv = "auto";
-    int npos = 0, batch = 256, as_json = 0, overwrite = 0;
+    int npos = 0, batch = 256, as_json = 0, overwrite = 0, graph = 0;
     hsi_eval_on on = HSI_EVAL_TEST;
     hsi_device dev = HSI_DEVICE_CPU;
     hsi_gpu_conv gconv = HSI_GPU_CONV_AUTO;
@@ -582,6 +595,8 @@ static int eval_run(int argc, char **argv)
                 return hsi_cli_usage_error("eval", "--out needs a file name (for stdout: --json)");
         } else if (!strcmp(argv[i], "--overwrite")) {
             overwrite = 1;
+        } else if (!strcmp(argv[i], "--cuda-graph")) {
+            graph = 1;
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) {
             if (!hsi_cli_parse_device("eval", v, &dev)) return HSI_EXIT_USAGE;
         } else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) {
@@ -597,7 +612,7 @@ static int eval_run(int argc, char **argv)
         else return hsi_cli_usage_error("eval", "too many arguments");
     }
     if (npos < 3) return hsi_cli_usage_error("eval", "need DIR CUBE LABELS");
-    if (!predict_conv("eval", conv, dev, &gconv)) return HSI_EXIT_USAGE;
+    if (!predict_conv("eval", conv, dev, &gconv) || !graph_device("eval", graph, dev)) return HSI_EXIT_USAGE;
     hsi_run run;
     hsi_cube cube;
     hsi_labels lab;
@@ -632,7 +647,7 @@ static int eval_run(int argc, char **argv)
         goto cleanup;
     }
     hsi_predict_opts po = {.batch = batch, .progress_label = "predict", .across_ranks = 1, .device = dev,
-                           .conv = gconv};
+                           .conv = gconv, .cuda_graph = graph};
     HSI_TRY(hsi_run_predict(&run, map, &cube.view, &po));
     if (hsi_dist_rank() != 0) goto cleanup; /* rank 0 scores and prints */
     HSI_TRY(hsi_run_evaluate(&run, &mt, map, &lab.map, on, &unknown));
@@ -673,6 +688,7 @@ HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
                        "usage: hsi eval DIR CUBE LABELS [--on test|train|all] [--var NAME]\n"
                        "                [--labels-var NAME] [--json] [--out FILE.json] [--overwrite]\n"
                        "                [--batch N] [--device cpu|cuda|auto] [--conv auto|direct|gemm|cudnn]\n"
+                       "                [--cuda-graph]\n"
                        "\n"
                        "Predicts the scene and prints OA, AA, kappa, per-class recall,\n"
                        "precision, F1 and the confusion matrix (under mpirun -np N the ranks\n"
@@ -686,5 +702,6 @@ HSI_CLI_COMMAND(eval, {"eval", "score a trained model on a labelled cube",
                        "  --json     print the metrics as JSON on stdout (and nothing else there)\n"
                        "  --out F    also write them to F as JSON (-o F)\n"
                        "  --device D where the prediction runs, as for hsi predict\n"
-                       "  --conv C   the model's convolutions, as for hsi predict\n",
+                       "  --conv C   the model's convolutions, as for hsi predict\n"
+                       "  --cuda-graph  the GPU's forwards as CUDA Graphs, as for hsi predict\n",
                        eval_run})

@@ -211,7 +211,10 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
         return HSI_FAIL(HSI_ERR_ARG, "predict: the features given are not (%d, %lld, %lld)",
                         r->n_features, (long long)L, (long long)S);
     HSI_TRY(hsi_device_pick(&dev, o.device, 0, "predict", NULL));
-    if (dev == HSI_DEVICE_CUDA) HSI_TRY(hsi_gpu_classifier_init(&gq, r, NULL, o.batch, o.conv));
+    if (dev == HSI_DEVICE_CUDA) {
+        HSI_TRY(hsi_gpu_classifier_init(&gq, r, NULL, o.batch, o.conv));
+        HSI_TRY(hsi_dmodel_set_graph(gq.dm, o.cuda_graph));
+    }
     const int rad = r->patch / 2;
     /* under mpirun: this rank's run of whole tiles (the tiles of one
      * process, so the same pixels in the same batches) */

@@ -84,6 +84,8 @@ typedef struct hsi_predict_opts {
                                   forward on the GPU (models/model_cuda.h) */
     hsi_gpu_conv conv;         /* the GPU's convolutions (0 = HSI_GPU_CONV_AUTO: cuDNN when it
                                   loads); the CPU engine's are hsi_conv_set_impl's */
+    int cuda_graph;            /* CUDA: each full batch's forward as one CUDA Graph launch
+                                  (hsi_dmodel_set_graph; the same map) */
 } hsi_predict_opts;
 
 /* Predicts every pixel of cube ((band, line, sample), any view hsi can

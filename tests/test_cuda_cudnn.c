@@ -484,6 +484,10 @@ static void test_usage(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train c.hdr l.hdr --out %s --cuda-graph",
                                  hsi_test_tmp("run_graph")), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--cuda-graph captures the GPU's training step: it needs --device cuda"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " predict run c.hdr map.hdr --cuda-graph"), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--cuda-graph runs the model's forward as a CUDA Graph: it needs --device cuda"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " eval run c.hdr l.hdr --device cpu --cuda-graph"), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--cuda-graph runs the model's forward"));
     /* the help says it */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model --help"), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--conv auto|direct|gemm|cudnn"));
