@@ -12,8 +12,9 @@
 #                    only for arrays of 2^31 elements or more; 20 s of it)
 #   commands   45 s  hsi's own commands with --device cpu and --device cuda on
 #                    data_samples/ (stats, preprocess, train, predict, bench
-#                    model), then train --conv gemm with and without
-#                    --cuda-graph and predict --cuda-graph, compared by
+#                    model), then train --conv gemm as usual, with
+#                    --cuda-graph and with --host-patches, and predict
+#                    --cuda-graph, compared by
 #                    bench/gpu_commands.py
 #   salinas_a  60 s  `hsi train` end to end on Salinas-A (the .mat cube and
 #                    ground truth bench/gpu_prepare.sh packed into
@@ -522,10 +523,13 @@ if needs_device commands; then
                 echo "   exit status $?: hsi $c"
         done
     done
-    # CUDA Graphs end to end: the gemm convolutions (no per-process choice
-    # of algorithm) trained with and without, and a map predicted with
+    # CUDA Graphs and the device's patches end to end: the gemm convolutions
+    # (no per-process choice of algorithm) trained as usual (patches cut on
+    # the device), with --cuda-graph and with --host-patches, and a map
+    # predicted with --cuda-graph
     for c in "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm --epochs 3 --device cuda --conv gemm --quiet" \
              "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm_graph --epochs 3 --device cuda --conv gemm --cuda-graph --quiet" \
+             "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm_host --epochs 3 --device cuda --conv gemm --host-patches --quiet" \
              "predict $C/run_cpu data_samples/scene.hdr $C/map_cuda_graph.hdr --device cuda --cuda-graph --quiet"; do
         l=$(( BUDGET[commands] - ($(now) - t) - 2 ))
         [ $l -lt 2 ] && { echo "   (out of time before: $c)"; break; }

@@ -10,8 +10,9 @@ stage reports. Standard library only (the GPU image may lack numpy).
                             CPU output's range
   run_{cpu,cuda}/metrics.json  hsi train: test OA of each
   map_{cpu,cuda}            hsi predict with the CPU-trained run: pixels equal
-  run_gemm{,_graph}/model.safetensors  hsi train --device cuda --conv gemm
-                            without and with --cuda-graph: the same bytes
+  run_gemm{,_graph,_host}/model.safetensors  hsi train --device cuda --conv
+                            gemm as usual, with --cuda-graph, with
+                            --host-patches: the same bytes
   map_cuda{,_graph}         hsi predict --device cuda without and with
                             --cuda-graph: pixels equal
   bench_{cpu,cuda}.json     hsi bench model --json: samples/s, GPU over CPU
@@ -95,13 +96,14 @@ def main():
         ok = len(a) == len(b) and same >= 0.999
         emit({"compare": "predict", "bytes": len(a), "fraction_equal": same}, ok,
              "predict: %.4f of the map equal" % same)
-    if have("run_gemm/model.safetensors", "run_gemm_graph/model.safetensors"):
-        with open(os.path.join(d, "run_gemm/model.safetensors"), "rb") as f:
-            a = f.read()
-        with open(os.path.join(d, "run_gemm_graph/model.safetensors"), "rb") as f:
-            b = f.read()
-        emit({"compare": "train_cuda_graph", "bytes": len(a), "identical": a == b}, a == b,
-             "train --cuda-graph: the model %s" % ("identical" if a == b else "DIFFERS"))
+    for other, what in (("graph", "--cuda-graph"), ("host", "--host-patches")):
+        if have("run_gemm/model.safetensors", "run_gemm_%s/model.safetensors" % other):
+            with open(os.path.join(d, "run_gemm/model.safetensors"), "rb") as f:
+                a = f.read()
+            with open(os.path.join(d, "run_gemm_%s/model.safetensors" % other), "rb") as f:
+                b = f.read()
+            emit({"compare": "train_gemm_vs_" + other, "bytes": len(a), "identical": a == b}, a == b,
+                 "train %s: the model %s" % (what, "identical" if a == b else "DIFFERS"))
     if have("map_cuda", "map_cuda_graph"):
         with open(os.path.join(d, "map_cuda"), "rb") as f:
             a = f.read()

@@ -84,6 +84,10 @@ static const char train_usage[] =
     "                      TF32; the fastest deterministic algorithms; an error when\n"
     "                      it cannot run). direct is the CPU's only, cudnn the GPU's\n"
     "                      only. train.log says which ran\n"
+    "  --host-patches      GPU: cut the training patches on the host and copy them\n"
+    "                      (default: on the device, from the features copied there\n"
+    "                      once when they are in memory and take at most a quarter\n"
+    "                      of its free memory; the same batches either way)\n"
     "  --cuda-graph        GPU: each full batch's training step (zeroing, forward,\n"
     "                      loss, backward, AdamW) and validation forward as one\n"
     "                      CUDA Graph launch instead of one per kernel; the same\n"
@@ -258,6 +262,7 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
         } else if (hsi_cli_opt(argc, argv, &i, "--device", &v)) { NEED("--device"); c->device = v; }
         else if (hsi_cli_opt(argc, argv, &i, "--conv", &v)) { NEED("--conv"); c->conv = v; }
         else if (!strcmp(argv[i], "--cuda-graph")) c->cuda_graph = 1;
+        else if (!strcmp(argv[i], "--host-patches")) c->host_patches = 1;
         else if (hsi_cli_opt(argc, argv, &i, "--bn", &v)) {
             NEED("--bn");
             if (!strcmp(v, "sync")) c->bn_sync = 1;
@@ -307,9 +312,14 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
     if (hsi_device_parse(&dev, c->device, "--device") == HSI_OK &&
         hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK)
         return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
-    if (c->cuda_graph && hsi_device_parse(&dev, c->device, "--device") == HSI_OK && dev == HSI_DEVICE_CPU)
-        return hsi_cli_usage_error(cmd, "--cuda-graph captures the GPU's training step: it needs "
-                                        "--device cuda (or auto)");
+    if (hsi_device_parse(&dev, c->device, "--device") == HSI_OK && dev == HSI_DEVICE_CPU) {
+        if (c->cuda_graph)
+            return hsi_cli_usage_error(cmd, "--cuda-graph captures the GPU's training step: it "
+                                            "needs --device cuda (or auto)");
+        if (c->host_patches)
+            return hsi_cli_usage_error(cmd, "--host-patches says where the GPU's training patches "
+                                            "are cut: it needs --device cuda (or auto)");
+    }
     return HSI_EXIT_OK;
 }
 

@@ -193,6 +193,13 @@ static hsi_status set_device(int d)
     return HSI_OK;
 }
 
+static hsi_status mem_info(size_t *free_b, size_t *total_b)
+{
+    *free_b = *total_b = 0;
+    CU_RET(cudaMemGetInfo(free_b, total_b), "reading the device's free memory");
+    return HSI_OK;
+}
+
 /* ------------------------------------------------------------ CUDA Graphs */
 
 static hsi_status capture_begin(void *s)
@@ -255,6 +262,7 @@ static hsi_cuda_plugin make_table(void)
     t.memcpy_async = memcpy_async;
     t.get_device = get_device;
     t.set_device = set_device;
+    t.mem_info = mem_info;
     t.capture_begin = capture_begin;
     t.capture_end = capture_end;
     t.graph_launch = graph_launch;

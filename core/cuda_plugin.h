@@ -59,6 +59,8 @@ typedef struct hsi_cuda_plugin {
     hsi_status (*memcpy_async)(void *dst, const void *src, size_t n, int dir, void *stream);
     int (*get_device)(void);
     hsi_status (*set_device)(int device);
+    /* The current device's free and total memory (cudaMemGetInfo). */
+    hsi_status (*mem_info)(size_t *free_bytes, size_t *total_bytes);
 
     /* ---- CUDA Graphs (models/model_cuda.c: a captured training step).
      * capture_begin: from then on the work this thread queues on `stream`

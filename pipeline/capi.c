@@ -530,6 +530,7 @@ static hsi_status set_option(hsi_train_config *c, const cJSON *o)
     else if (IS("resume")) { BOOL(); c->resume = flag; }
     else if (IS("overwrite")) { BOOL(); c->overwrite = flag; }
     else if (IS("cuda_graph")) { BOOL(); c->cuda_graph = flag; }
+    else if (IS("host_patches")) { BOOL(); c->host_patches = flag; }
     else if (IS("device")) { STR(); c->device = o->valuestring; }
     else if (IS("conv")) {
         STR();

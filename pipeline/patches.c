@@ -210,6 +210,21 @@ hsi_status hsi_patches_extract(const hsi_patcher *p, float *out, const int64_t *
     return HSI_OK;
 }
 
+hsi_status hsi_pixel_fill(void *ctx, const hsi_batch *b)
+{
+    const hsi_patch_dataset *ds = ctx;
+    int64_t *x = b->x;
+    int32_t *y = b->y;
+    for (int64_t i = 0; i < b->n; i++) {
+        int64_t px = ds->pixels[b->samples[i]];
+        hsi_status st = check_pixel(ds->patcher, b->samples[i], px);
+        if (st != HSI_OK) return st;
+        x[i] = px;
+        if (y && ds->labels) y[i] = ds->labels[b->samples[i]];
+    }
+    return HSI_OK;
+}
+
 hsi_status hsi_patch_fill(void *ctx, const hsi_batch *b)
 {
     const hsi_patch_dataset *ds = ctx;

@@ -85,6 +85,14 @@ typedef struct hsi_patch_dataset {
     int augment;
 } hsi_patch_dataset;
 hsi_status hsi_patch_fill(void *ctx, const hsi_batch *b);
+/* The loader's fill when the patches are cut on the GPU from a cube in
+ * device memory: x gets the (n,) int64 flat pixel indices pixels[samples[i]]
+ * (checked against the patcher's scene, which may live on either side), y
+ * the labels as hsi_patch_fill. hsi_patches_extract of the batch's device
+ * copy with augment and the batch's seed then gives, for one rank
+ * (b->first = 0), the patches hsi_patch_fill would have. Loader x_bytes
+ * must be 8, y_bytes 4 (or 0). */
+hsi_status hsi_pixel_fill(void *ctx, const hsi_batch *b);
 
 #ifdef __cplusplus
 }

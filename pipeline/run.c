@@ -67,6 +67,7 @@ void hsi_gpu_classifier_free(hsi_gpu_classifier *q)
 {
     if (q->owns_dm) hsi_dmodel_free(q->dm);
     hsi_cuda_free(q->x_d);
+    hsi_cuda_free(q->px_d);
     free(q->x_h);
     free(q->z_h);
     memset(q, 0, sizeof *q);
@@ -114,8 +115,14 @@ hsi_status hsi_gpu_classify(hsi_gpu_classifier *q, const hsi_run *r, int32_t *pr
     for (int64_t i0 = 0; i0 < n; i0 += q->batch) {
         int nb = (int)(i0 + q->batch <= n ? q->batch : n - i0);
         const float *z_d = NULL;
-        HSI_TRY(hsi_patches_extract(pt, q->x_h, pixels + i0, nb, 0, 0));
-        HSI_TRY(hsi_cuda_upload(q->x_d, q->x_h, sizeof(float) * (size_t)(q->sample_floats * nb)));
+        if (pt->on_device) {
+            if (!q->px_d) HSI_TRY(hsi_cuda_malloc((void **)&q->px_d, sizeof(int64_t) * (size_t)q->batch));
+            HSI_TRY(hsi_cuda_upload(q->px_d, pixels + i0, sizeof(int64_t) * (size_t)nb));
+            HSI_TRY(hsi_patches_extract(pt, q->x_d, q->px_d, nb, 0, 0));
+        } else {
+            HSI_TRY(hsi_patches_extract(pt, q->x_h, pixels + i0, nb, 0, 0));
+            HSI_TRY(hsi_cuda_upload(q->x_d, q->x_h, sizeof(float) * (size_t)(q->sample_floats * nb)));
+        }
         HSI_TRY(hsi_dmodel_predict(q->dm, &z_d, q->x_d, nb));
         HSI_TRY(hsi_cuda_download(q->z_h, z_d, sizeof(float) * (size_t)nb * (size_t)K));
         for (int i = 0; i < nb; i++) {

@@ -40,6 +40,7 @@ typedef struct hsi_gpu_classifier {
     struct hsi_dmodel *dm;
     int owns_dm;
     float *x_h, *x_d, *z_h; /* (batch, sample) host and device, (batch, K) host */
+    int64_t *px_d;          /* (batch) pixel indices on the device (a device patcher) */
     int batch;
     int64_t sample_floats;
 } hsi_gpu_classifier;
@@ -50,7 +51,9 @@ hsi_status hsi_gpu_classifier_init(hsi_gpu_classifier *q, const hsi_run *r, stru
                                    int batch, hsi_gpu_conv conv);
 /* Class indices of n pixels of pt's cube; y_true (n classes) or NULL: then
  * also *mean_loss, the mean cross-entropy of the logits (in double, on the
- * host; NaN when n is 0). */
+ * host; NaN when n is 0). pt's cube on the host: the patches are packed
+ * there and copied; in device memory: cut there (each batch's pixel
+ * indices copied). pixels: host array either way. */
 hsi_status hsi_gpu_classify(hsi_gpu_classifier *q, const hsi_run *r, int32_t *pred,
                             const hsi_patcher *pt, const int64_t *pixels, int64_t n,
                             const int32_t *y_true, double *mean_loss);

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cuda_plugin.h"
 #include "core/dist.h"
 #include "core/threads.h"
 #include "io/cube.h"
@@ -84,6 +85,11 @@ struct hsi_trainer {
     const hsi_buffer *trim_buf[2]; /* the raw cube's mapping, the features' (NULL: none) */
     hsi_patcher pt;
     int have_patcher;
+    /* GPU: the features on the device, the patches cut there (make_resident) */
+    int resident;
+    hsi_view fdev;
+    hsi_patcher dpt;
+    float *xpatch_d; /* (batch, C, P, P) */
     hsi_patch_dataset ds; /* the loader's view of the training pixels */
     hsi_loader *ld;
     hsi_dmodel *dm;
@@ -332,7 +338,7 @@ static hsi_status eval_role(hsi_trainer *t, hsi_metrics *m, int role, double *me
     }
     double mine = 0;
     if (t->on_gpu) /* the device copy as it stands (one rank) */
-        HSI_TRY(hsi_gpu_classify(&t->gq, &t->run, pred + lo, &t->pt, sp->idx[role] + lo, hi - lo,
+        HSI_TRY(hsi_gpu_classify(&t->gq, &t->run, pred + lo, t->resident ? &t->dpt : &t->pt, sp->idx[role] + lo, hi - lo,
                                  mean_loss ? sp->cls[role] + lo : NULL, &mine));
     else if (mean_loss)
         HSI_TRY(hsi_run_classify_loss(&t->run, pred + lo, &t->pt, sp->idx[role] + lo, hi - lo,
@@ -406,6 +412,9 @@ static hsi_status check_config(hsi_train_config *c)
     if (c->cuda_graph && dev == HSI_DEVICE_CPU)
         return HSI_FAIL(HSI_ERR_ARG, "--cuda-graph captures the GPU's training step: it needs "
                                      "--device cuda (or auto)");
+    if (c->host_patches && dev == HSI_DEVICE_CPU)
+        return HSI_FAIL(HSI_ERR_ARG, "--host-patches says where the GPU's training patches are cut: "
+                                     "it needs --device cuda (or auto)");
     if (!strcasecmp(c->device, "cuda")) {
         if (c->resume)
             return HSI_FAIL(HSI_ERR_UNSUPPORTED,
@@ -763,6 +772,49 @@ cleanup:
 }
 
 /* Model, optimiser, schedule (or the checkpoint's), loader. */
+/* GPU training with one rank: the features go to the device once, when
+ * they are in memory (not streamed from a file) and take at most a quarter
+ * of its free memory, unless host_patches; the loader then moves each
+ * batch's pixel indices and labels (hsi_pixel_fill), and the patches are
+ * cut on the device with the batch's seed: the batches of the host's
+ * patches, bit for bit. t->resident says whether; else *why says why not. */
+static hsi_status make_resident(hsi_trainer *t, const hsi_augment *aug, char *why, size_t n_why)
+{
+    hsi_status st = HSI_OK;
+    const hsi_train_config *c = &t->c;
+    const hsi_cuda_plugin *cu = hsi_cuda_plugin_get();
+    size_t bytes = (size_t)hsi_view_nbytes(&t->fc), free_b = 0, total_b = 0;
+    if (c->host_patches) {
+        snprintf(why, n_why, "host_patches set");
+        return HSI_OK;
+    }
+    if (t->ranks > 1) { /* not reached: GPU training takes one rank */
+        snprintf(why, n_why, "%d ranks", t->ranks);
+        return HSI_OK;
+    }
+    if (!hsi_view_is_packed(&t->fc)) {
+        snprintf(why, n_why, "the features are streamed from a file, over the memory limit");
+        return HSI_OK;
+    }
+    if (!cu || cu->mem_info(&free_b, &total_b) != HSI_OK) {
+        snprintf(why, n_why, "the device's free memory is unknown: %s", hsi_last_error());
+        hsi_clear_error();
+        return HSI_OK;
+    }
+    if (bytes > free_b / 4) {
+        snprintf(why, n_why, "the features' %.1f MB are over a quarter of the device's %.1f MB free",
+                 (double)bytes / 1e6, (double)free_b / 1e6);
+        return HSI_OK;
+    }
+    HSI_TRY(hsi_cuda_view_to_device(&t->fdev, &t->fc, HSI_F32));
+    HSI_TRY(hsi_patcher_init(&t->dpt, &t->fdev, c->patch, c->pad, aug));
+    t->resident = 1;
+    HSI_TRY(hsi_cuda_malloc((void **)&t->xpatch_d,
+                            sizeof(float) * (size_t)(c->batch * hsi_patcher_sample_floats(&t->dpt))));
+cleanup:
+    return st;
+}
+
 static hsi_status build_model(hsi_trainer *t)
 {
     hsi_status st = HSI_OK;
@@ -868,13 +920,23 @@ static hsi_status build_model(hsi_trainer *t)
     hsi_augment aug = {c->augment, c->augment, 0.0f};
     HSI_TRY(hsi_patcher_init(&t->pt, &t->fc, c->patch, c->pad, &aug));
     t->have_patcher = 1;
+    if (t->on_gpu) {
+        char why[256] = "";
+        HSI_TRY(make_resident(t, &aug, why, sizeof why));
+        if (t->resident)
+            info(t, "patches: cut on the device from the features there (%.1f MB; the loader "
+                    "moves each batch's pixel indices and labels)\n",
+                 (double)hsi_view_nbytes(&t->fdev) / 1e6);
+        else
+            info(t, "patches: cut on the host and copied (%s)\n", why);
+    }
     const hsi_split *sp = &t->sp;
     t->ds = (hsi_patch_dataset){&t->pt, sp->idx[HSI_ROLE_TRAIN], sp->cls[HSI_ROLE_TRAIN], c->augment};
     hsi_loader_params lp;
     hsi_loader_params_init(&lp);
     lp.n_samples = sp->n[HSI_ROLE_TRAIN];
     lp.batch_size = c->batch;
-    lp.x_bytes = (size_t)hsi_patcher_sample_floats(&t->pt) * sizeof(float);
+    lp.x_bytes = t->resident ? sizeof(int64_t) : (size_t)hsi_patcher_sample_floats(&t->pt) * sizeof(float);
     lp.y_bytes = sizeof(int32_t);
     lp.n_workers = c->workers;
     lp.prefetch = c->prefetch;
@@ -882,7 +944,7 @@ static hsi_status build_model(hsi_trainer *t)
     lp.drop_last = sp->n[HSI_ROLE_TRAIN] > c->batch;
     lp.seed = c->seed;
     lp.first_epoch = t->first_epoch;
-    lp.fill = hsi_patch_fill;
+    lp.fill = t->resident ? hsi_pixel_fill : hsi_patch_fill;
     lp.ctx = &t->ds;
     lp.device_copy = t->on_gpu;
     /* the consumer's stream, which the batches' copies are ordered before:
@@ -1180,9 +1242,14 @@ hsi_status hsi_trainer_step(hsi_trainer *t, int *epoch_done, int *done)
     HSI_TRY(hsi_loader_next(t->ld, &b));
     if (b) {
         if (t->on_gpu) {
-            /* the loader has copied the batch to the device on its own
-             * stream; the step runs there with no host sync */
-            HSI_TRY(hsi_dmodel_train_step(t->dm, b->x_dev, b->y_dev, b->n));
+            /* the loader has copied the batch (or its pixel indices) to the
+             * device on its own stream; the step runs there with no host sync */
+            const float *x = b->x_dev;
+            if (t->resident) {
+                HSI_TRY(hsi_patches_extract(&t->dpt, t->xpatch_d, b->x_dev, b->n, t->c.augment, b->seed));
+                x = t->xpatch_d;
+            }
+            HSI_TRY(hsi_dmodel_train_step(t->dm, x, b->y_dev, b->n));
             t->ep_seen += b->n;
         } else {
             hsi_ce_opts ce;
@@ -1406,6 +1473,9 @@ void hsi_trainer_free(hsi_trainer *t)
     hsi_dmodel_free(t->dm);
     hsi_optim_free(t->opt);
     if (t->have_patcher) hsi_patcher_free(&t->pt);
+    if (t->resident) hsi_patcher_free(&t->dpt);
+    hsi_view_release(&t->fdev);
+    hsi_cuda_free(t->xpatch_d);
     hsi_view_release(&t->fc);
     hsi_run_free(&t->run);
     hsi_split_free(&t->sp);

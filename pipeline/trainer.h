@@ -85,6 +85,10 @@ typedef struct hsi_train_config {
                                      too: the device's best, on the GPU cuDNN when it loads),
                                      gemm, direct (CPU: sets hsi_conv_set_impl, process-wide),
                                      cudnn (GPU: an error when cuDNN cannot run) */
+    int host_patches;             /* GPU: cut the patches on the host and copy them (default:
+                                     on the device, from the features copied there once, when
+                                     they are in memory and take at most a quarter of its
+                                     free memory; the same batches either way) */
     int cuda_graph;               /* GPU: each full batch's step and validation forward as one
                                      CUDA Graph launch
                                      (hsi_dmodel_set_graph; the same bits); an error with

@@ -484,6 +484,9 @@ static void test_usage(void)
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train c.hdr l.hdr --out %s --cuda-graph",
                                  hsi_test_tmp("run_graph")), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--cuda-graph captures the GPU's training step: it needs --device cuda"));
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train c.hdr l.hdr --out %s --host-patches",
+                                 hsi_test_tmp("run_graph")), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "--host-patches says where the GPU's training patches are cut"));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " predict run c.hdr map.hdr --cuda-graph"), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--cuda-graph runs the model's forward as a CUDA Graph: it needs --device cuda"));
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " eval run c.hdr l.hdr --device cpu --cuda-graph"), 2);

@@ -264,6 +264,25 @@ static void test_noise(void)
     CU_ASSERT_EQUAL(memcmp(xb, x1, (size_t)(2 * per) * 4), 0);
     CU_ASSERT_EQUAL(yb[0], 7);
     CU_ASSERT_EQUAL(yb[1], 5);
+    /* the pixel fill (patches cut on the device): the indices and labels,
+     * and extracting them with the batch's seed gives the patch fill's batch */
+    int64_t xp[2] = {-1, -1};
+    int32_t yp[2] = {-1, -1};
+    bt.x = xp;
+    bt.y = yp;
+    HSI_CHECK_OK(hsi_pixel_fill(&ds, &bt));
+    CU_ASSERT_EQUAL(xp[0], pix[7]);
+    CU_ASSERT_EQUAL(xp[1], pix[5]);
+    CU_ASSERT_EQUAL(yp[0], 7);
+    CU_ASSERT_EQUAL(yp[1], 5);
+    HSI_CHECK_OK(hsi_patches_extract(&b, x1, xp, 2, 1, bt.seed));
+    CU_ASSERT_EQUAL(memcmp(xb, x1, (size_t)(2 * per) * 4), 0);
+    int64_t bad[1] = {L * S};
+    hsi_patch_dataset dbad = {&b, bad, NULL, 1};
+    int64_t s0[1] = {0};
+    bt.n = 1;
+    bt.samples = s0;
+    HSI_CHECK_FAILS(hsi_pixel_fill(&dbad, &bt), HSI_ERR_ARG, "asks for pixel");
     free(one);
     free(xb);
     free(x0);
