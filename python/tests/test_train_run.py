@@ -100,6 +100,8 @@ def test_train_options_and_errors(tmp_path):
     assert "missing.hdr" in str(e.value)
     with pytest.raises(hsi.HsiError, match="--cuda-graph captures the GPU's training step"):
         hsi.train(SCENE, GT, str(tmp_path / "a"), cuda_graph=True, device="cpu", quiet=True)
+    with pytest.raises(hsi.HsiError, match="--host-patches says where the GPU's training patches"):
+        hsi.train(SCENE, GT, str(tmp_path / "a"), host_patches=True, device="cpu", quiet=True)
     with pytest.raises(ValueError):
         hsi.train(SCENE, None, str(tmp_path / "a"))
     with pytest.raises(ValueError):
