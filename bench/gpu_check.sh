@@ -37,7 +37,8 @@
 #                    GPU stats and fused pass vs the CPU one, cnn2d at batch
 #                    128 and 1024 and HybridSN on the card and on the CPU engine;
 #                    each model's training and inference also as one CUDA Graph
-#                    per batch, alternated with one by one, 3 rounds)
+#                    per batch, alternated with one by one, 3 rounds; the host
+#                    cube's tile stream on one stream and on three, alternated)
 #   profile    30 s  `hsi bench model --device cuda --ops` for cnn2d at batch
 #                    1024 and 128 and HybridSN at 128: a training step's time
 #                    per op and layer (each piece waited for), in profile.txt;
@@ -283,6 +284,12 @@ for key, name, batch in models:
             line += "   infer hsi %8.0f | torch %8.0f | %.2fx" % (
                 ai["infer_samples_per_s"], b["infer_samples_per_s"], ri)
         print(line)
+for k, what in (("gpu_fused_host_to_host_streams", "fused PCA 30"), ("gpu_norm_host_to_host_streams", "normalisation")):
+    a = g.get(k)
+    if a:
+        ratios[k] = a["ratio"]
+        print("  %-34s host cube -> host: three streams %.1f GB/s | one stream %.1f GB/s | %.2fx (3 alternated rounds %.2f-%.2fx)"
+              % (what, a["three_streams_gbps"], a["one_stream_gbps"], a["ratio"], a["ratio_min"], a["ratio_max"]))
 for key, name, batch in models:
     for what, k in (("train", key + "_graph"), ("infer", key + "_infer_graph")):
         a = g.get(k)

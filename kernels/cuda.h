@@ -137,8 +137,10 @@ const char *hsi_stats_cuda_unsupported(const hsi_view *cube, const hsi_stats_opt
  * components, in float32. cube: host/mmap/pinned view (each tile of
  * opts->tile_lines lines, 0 = about 64 MiB of raw input, is copied raw
  * through two pinned staging buffers so that packing tile t+1 on the host
- * overlaps the GPU's work on tile t) or a device view (read in place; 0 =
- * one tile). out: (n_out, lines, samples) or, with
+ * overlaps the GPU's work on tile t, and its copy in the copy out of tile
+ * t: the copies in, the kernels and the copies out each on their own
+ * stream, HSI_CUDA_TILE_STREAMS=1 puts them all on this thread's) or a
+ * device view (read in place; 0 = one tile). out: (n_out, lines, samples) or, with
  * opts->pixel_major, (lines, samples, n_out) packed float32; a device
  * pointer when out_on_device, else host memory (NULL with opts->sink: tiles
  * go to the sink in line order, from the calling thread). opts->n_threads

@@ -223,7 +223,15 @@ typedef struct hsi_cu_tiler {
     cudaEvent_t copied[2];     /* the H2D copy out of pinned[slot] finished */
     int event_live[2];
     int64_t pitch;             /* mode 2: bytes per band row on the device */
+    cudaStream_t cs;           /* the copies in (NULL: on this thread's stream) */
+    cudaEvent_t freed;         /* this thread's stream's work so far (the slot's readers) */
 } hsi_cu_tiler;
+
+/* Streams of the tile stream: 1 with HSI_CUDA_TILE_STREAMS=1 (every copy
+ * and kernel on this thread's stream, in order), else 3 (the copies in,
+ * the kernels and the copies out each on their own, so that a tile's copy
+ * in overlaps the previous tile's copy out). Read at each pass. */
+int hsi_cu_tile_streams(void);
 
 /* tile_lines 0: a host cube takes as many lines as fit 64 MiB per slot
  * (all lines when lines are its fastest axis); a device cube as many as
@@ -231,8 +239,9 @@ typedef struct hsi_cu_tiler {
 hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile_lines);
 /* Makes lines [l0, l1) available on the device in slot `slot` (waits
  * until that slot's previous copy is done, packs on the host, copies
- * asynchronously on this thread's stream) and describes them in *dc
- * (lines relative to l0). */
+ * asynchronously: on the tiler's copy stream after the work queued so far
+ * on this thread's stream, which then waits for the copy; with one stream,
+ * on this thread's) and describes them in *dc (lines relative to l0). */
 hsi_status hsi_cu_tiler_load(hsi_cu_tiler *T, int slot, int64_t l0, int64_t l1, hsi_cu_cube *dc);
 void hsi_cu_tiler_free(hsi_cu_tiler *T);
 

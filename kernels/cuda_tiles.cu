@@ -10,6 +10,12 @@
 
 static int64_t iabs64(int64_t v) { return v < 0 ? -v : v; }
 
+int hsi_cu_tile_streams(void)
+{
+    const char *e = getenv("HSI_CUDA_TILE_STREAMS");
+    return e && !strcmp(e, "1") ? 1 : 3;
+}
+
 /* Layout of a host cube: 1 = line axis outermost (BIL, BIP: a tile is one
  * contiguous span), 2 = band axis outermost (BSQ: one span per band),
  * 3 = anything else (negative strides, interleaved axes): packed copy. */
@@ -92,6 +98,10 @@ hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile
         HSI_CU_RET(cudaEventCreateWithFlags(&T->copied[s], cudaEventDisableTiming),
                    "cube staging: event");
         T->event_live[s] = 1;
+    }
+    if (hsi_cu_tile_streams() > 1) {
+        HSI_CU_RET(cudaEventCreateWithFlags(&T->freed, cudaEventDisableTiming), "cube staging: event");
+        HSI_CU_RET(cudaStreamCreateWithFlags(&T->cs, cudaStreamNonBlocking), "cube staging: copy stream");
     }
     return HSI_OK;
 }
@@ -206,9 +216,17 @@ hsi_status hsi_cu_tiler_load(hsi_cu_tiler *T, int slot, int64_t l0, int64_t l1,
         dc->sb = n * c->shape[2] * es;
         dc->swapped = 0;
     }
-    HSI_CU_RET(cudaMemcpyAsync(T->dev[slot], pin, bytes, cudaMemcpyHostToDevice, hsi_cu_stream()),
+    /* the device slot is rewritten once the kernels queued so far (its
+     * last readers among them) are done */
+    cudaStream_t cs = T->cs ? T->cs : hsi_cu_stream();
+    if (T->cs) {
+        HSI_CU_RET(cudaEventRecord(T->freed, hsi_cu_stream()), "cube staging: event");
+        HSI_CU_RET(cudaStreamWaitEvent(T->cs, T->freed, 0), "cube staging: stream wait");
+    }
+    HSI_CU_RET(cudaMemcpyAsync(T->dev[slot], pin, bytes, cudaMemcpyHostToDevice, cs),
                "cube staging: host-to-device copy");
-    HSI_CU_RET(cudaEventRecord(T->copied[slot], hsi_cu_stream()), "cube staging: event");
+    HSI_CU_RET(cudaEventRecord(T->copied[slot], cs), "cube staging: event");
+    if (T->cs) HSI_CU_RET(cudaStreamWaitEvent(hsi_cu_stream(), T->copied[slot], 0), "cube staging: stream wait");
     dc->base = (const unsigned char *)T->dev[slot];
     int64_t st3[3] = {dc->sb, dc->sl, dc->ss};
     dc->aligned = view_aligned(dc->base, st3, es);
@@ -217,6 +235,11 @@ hsi_status hsi_cu_tiler_load(hsi_cu_tiler *T, int slot, int64_t l0, int64_t l1,
 
 void hsi_cu_tiler_free(hsi_cu_tiler *T)
 {
+    if (T->cs) {
+        cudaStreamSynchronize(T->cs);
+        cudaStreamDestroy(T->cs);
+    }
+    if (T->freed) cudaEventDestroy(T->freed);
     for (int s = 0; s < 2; s++) {
         if (T->event_live[s]) {
             cudaEventSynchronize(T->copied[s]);

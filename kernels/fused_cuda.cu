@@ -222,6 +222,8 @@ typedef struct fused_state {
     float *Y_h[2];     /* pinned host copies of the output tiles */
     cudaEvent_t done[2];
     int done_live[2];
+    cudaStream_t ds;   /* the copies out (NULL: on this thread's stream) */
+    cudaEvent_t kdone; /* a tile's kernels queued on this thread's stream */
     int64_t pending_l0[2], pending_n[2]; /* tiles whose output waits in Y_h */
 } fused_state;
 
@@ -302,6 +304,10 @@ static hsi_status fused_main(fused_state *F, float *out, int out_dev, const hsi_
                        "fused pass (CUDA): event");
             F->done_live[s] = 1;
         }
+    if (!out_dev && hsi_cu_tile_streams() > 1) {
+        HSI_CU_RET(cudaEventCreateWithFlags(&F->kdone, cudaEventDisableTiming), "fused pass (CUDA): event");
+        HSI_CU_RET(cudaStreamCreateWithFlags(&F->ds, cudaStreamNonBlocking), "fused pass (CUDA): copy stream");
+    }
     int has_fill = norm->has_ignore, l2 = norm->l2;
     float ig = (float)norm->ignore_value;
     for (int64_t t = 0; t < F->T.n_tiles; t++) {
@@ -355,10 +361,17 @@ static hsi_status fused_main(fused_state *F, float *out, int out_dev, const hsi_
                                "fused pass (CUDA): projection");
         }
         if (!out_dev) {
+            /* on the copy-out stream once the tile's kernels are done (the
+             * slot's previous copy out was waited for by fused_emit above) */
+            cudaStream_t ds = F->ds ? F->ds : hsi_cu_stream();
+            if (F->ds) {
+                HSI_CU_RET(cudaEventRecord(F->kdone, hsi_cu_stream()), "fused pass (CUDA): event");
+                HSI_CU_RET(cudaStreamWaitEvent(F->ds, F->kdone, 0), "fused pass (CUDA): stream wait");
+            }
             HSI_CU_RET(cudaMemcpyAsync(F->Y_h[s], F->Y_d[s], sizeof(float) * (size_t)(npix * no),
-                                       cudaMemcpyDeviceToHost, hsi_cu_stream()),
+                                       cudaMemcpyDeviceToHost, ds),
                        "fused pass (CUDA): device-to-host copy");
-            HSI_CU_RET(cudaEventRecord(F->done[s], hsi_cu_stream()), "fused pass (CUDA): event");
+            HSI_CU_RET(cudaEventRecord(F->done[s], ds), "fused pass (CUDA): event");
             F->pending_l0[s] = l0;
             F->pending_n[s] = n;
         }
@@ -409,6 +422,11 @@ extern "C" hsi_status hsi_fused_run_cuda(float *out, int out_on_device, const hs
     hsi_status st = fused_main(&F, out, out_on_device, cube, norm, pca, o);
     if (st != HSI_OK) cudaStreamSynchronize(hsi_cu_stream()); /* nothing still reads our buffers */
     hsi_cu_tiler_free(&F.T);
+    if (F.ds) { /* no copy out still reads or writes the slots */
+        cudaStreamSynchronize(F.ds);
+        cudaStreamDestroy(F.ds);
+    }
+    if (F.kdone) cudaEventDestroy(F.kdone);
     for (int s = 0; s < 2; s++) {
         if (F.done_live[s]) {
             cudaEventSynchronize(F.done[s]);

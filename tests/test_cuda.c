@@ -639,10 +639,61 @@ static void test_fused_device_cube(void)
     hsi_view_release(&v);
 }
 
+/* A host cube of many tiles through the tile stream on one stream
+ * (HSI_CUDA_TILE_STREAMS=1: copies and kernels in order) and on three (the
+ * copies in and out on their own streams): the fused pass's output (both
+ * layouts), the statistics and the covariance the same bits. */
+static void test_tile_streams(void)
+{
+    hsi_view v = make_cube(12, 37, 23, HSI_U16, BIL, 1, 0, 77);
+    hsi_stats s, g[2];
+    HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
+    hsi_norm nm;
+    HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_ZSCORE, 12, NULL, 12, &s, NULL, 0, 0));
+    hsi_pca p;
+    hsi_pca_opts po = {.n_components = 4};
+    HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &po));
+    int64_t N = 12 * 37 * 23;
+    float *out[2][2];
+    double mu[2][12], cv[2][144];
+    for (int m = 0; m < 2; m++) {
+        if (m == 0) setenv("HSI_CUDA_TILE_STREAMS", "1", 1);
+        else unsetenv("HSI_CUDA_TILE_STREAMS");
+        for (int pm = 0; pm < 2; pm++) {
+            hsi_fused_opts fo = {.pixel_major = pm, .tile_lines = 3};
+            out[m][pm] = malloc(sizeof(float) * (size_t)N);
+            HSI_CHECK_OK(hsi_fused_run_cuda(out[m][pm], 0, &v, pm ? NULL : &nm, pm ? &p : NULL, &fo));
+        }
+        hsi_stats_opts so = {.tile_lines = 3};
+        HSI_CHECK_OK(hsi_stats_compute_cuda(&g[m], &v, &so));
+        hsi_pca_opts co = {.tile_lines = 3};
+        HSI_CHECK_OK(hsi_covariance_cuda(mu[m], cv[m], NULL, &v, &nm, &co));
+    }
+    unsetenv("HSI_CUDA_TILE_STREAMS");
+    CU_ASSERT_EQUAL(memcmp(out[0][0], out[1][0], sizeof(float) * (size_t)N), 0);
+    CU_ASSERT_EQUAL(memcmp(out[0][1], out[1][1], sizeof(float) * (size_t)(4 * 37 * 23)), 0);
+    CU_ASSERT_EQUAL(memcmp(g[0].mean, g[1].mean, sizeof(double) * 12), 0);
+    CU_ASSERT_EQUAL(memcmp(g[0].var, g[1].var, sizeof(double) * 12), 0);
+    CU_ASSERT_EQUAL(memcmp(mu[0], mu[1], sizeof mu[0]), 0);
+    CU_ASSERT_EQUAL(memcmp(cv[0], cv[1], sizeof cv[0]), 0);
+    /* and the CPU's statistics */
+    hsi_test_cuda_check_stats(&g[1], &s, "tile streams");
+    for (int m = 0; m < 2; m++) {
+        free(out[m][0]);
+        free(out[m][1]);
+        hsi_stats_free(&g[m]);
+    }
+    hsi_pca_free(&p);
+    hsi_norm_free(&nm);
+    hsi_stats_free(&s);
+    hsi_view_release(&v);
+}
+
 HSI_SUITE(cuda_fused, HSI_SUITE_NEEDS_CUDA,
           {"dtypes x interleaves x byte order, ignore fill, modes, PCA", test_fused_layouts},
           {"PCA of 5 to 65 components, uint8 and float32", test_fused_widths},
-          {"device cube, device output", test_fused_device_cube})
+          {"device cube, device output", test_fused_device_cube},
+          {"the tile stream on one stream and on three: the same bits", test_tile_streams})
 
 /* ------------------------------------------------------------- patches */
 
