@@ -8,6 +8,7 @@
 #include "test.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "kernels/bands.h"
@@ -1431,6 +1432,120 @@ static void graph_parity(const char *name, int bands, int patch, int classes, in
     free(hy);
 }
 
+/* One training run of thr_job's model: on a stream of its own (own = 1,
+ * as a second host thread does) or on the caller's; the losses and the
+ * state after. No CUnit call: it may run on another thread. */
+typedef struct thr_job {
+    const char *name;
+    int bands, patch, classes, batch, graph, own;
+    const float *gx;
+    const int32_t *gy;
+    double loss[4];
+    hsi_named_tensor *state;
+    int n_state;
+    hsi_module *m; /* made by the caller */
+    hsi_status st;
+    char err[512];
+} thr_job;
+
+static void *thr_train(void *arg)
+{
+    thr_job *j = arg;
+    hsi_status st = HSI_OK;
+    hsi_dmodel *d = NULL;
+    void *stream = NULL, *prev = NULL;
+    const hsi_cuda_plugin *cu = hsi_cuda_plugin_get();
+    hsi_optim_config cfg;
+    hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
+    int64_t xs[5];
+    int nd = hsi_model_input_shape(j->name, j->batch, j->bands, j->patch, xs);
+    if (j->own) {
+        HSI_TRY(cu->stream_create(&stream));
+        prev = hsi_cuda_set_stream(stream);
+    }
+    HSI_TRY(hsi_dmodel_create(&d, j->m, nd - 1, xs + 1, j->batch, &cfg, 9));
+    HSI_TRY(hsi_dmodel_set_graph(d, j->graph));
+    for (int s = 0; s < 4; s++) {
+        HSI_TRY(hsi_dmodel_train_step(d, j->gx, j->gy, j->batch));
+        HSI_TRY(hsi_dmodel_loss(d, &j->loss[s]));
+    }
+    HSI_TRY(hsi_dmodel_to_host(d, j->m, 1));
+    HSI_TRY(hsi_module_state(j->m, &j->state, &j->n_state));
+cleanup:
+    if (st != HSI_OK) snprintf(j->err, sizeof j->err, "%s", hsi_last_error());
+    hsi_dmodel_free(d);
+    if (j->own) {
+        hsi_cuda_set_stream(prev);
+        if (stream) cu->stream_destroy(stream);
+    }
+    j->st = st;
+    return NULL;
+}
+
+/* Two host threads, each on its own stream, training their own copies at
+ * the same time (one of them as CUDA Graphs): each run's losses, parameters,
+ * gradients and statistics the same bits as the same run alone on the main
+ * thread's stream (per-thread cuBLAS and cuDNN handles, per-thread scratch,
+ * the allocator's blocks across streams). */
+static void test_threads_streams(void)
+{
+    rng_seed(36);
+    thr_job jobs[2][2];
+    int batch = 8, bands = 6, patch = 7, classes = 4;
+    int64_t xs[5], nx = 1;
+    int nd = hsi_model_input_shape("cnn2d", batch, bands, patch, xs);
+    for (int i = 0; i < nd; i++) nx *= xs[i];
+    float *hx = malloc(sizeof(float) * (size_t)nx);
+    int32_t hy[8];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hx);
+    fill_uniform(hx, nx, -1, 1);
+    for (int i = 0; i < batch; i++) hy[i] = i % classes;
+    float *gx = dev_f32(hx, nx);
+    int32_t *gy = dev_bytes(hy, sizeof hy);
+    HSI_CHECK_OK(hsi_cuda_sync());
+    memset(jobs, 0, sizeof jobs);
+    for (int r = 0; r < 2; r++) /* r 0: alone, in turn, on this thread's stream; 1: two threads */
+        for (int k = 0; k < 2; k++) {
+            jobs[r][k] = (thr_job){.name = "cnn2d", .bands = bands, .patch = patch, .classes = classes,
+                                   .batch = batch, .graph = k, .own = r, .gx = gx, .gy = gy};
+            /* the modules here: their initialisation draws from the process's generator */
+            HSI_CHECK_OK(hsi_model_create(&jobs[r][k].m, "cnn2d", bands, patch, classes, HSI_F32, 5));
+        }
+    for (int k = 0; k < 2; k++) thr_train(&jobs[0][k]);
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) CU_ASSERT_EQUAL(pthread_create(&th[k], NULL, thr_train, &jobs[1][k]), 0);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 2; k++)
+            if (jobs[r][k].st != HSI_OK) {
+                CU_FAIL("a training run failed");
+                fprintf(stderr, "\n  run %d/%d: %s\n", r, k, jobs[r][k].err);
+            }
+    for (int k = 0; k < 2; k++) {
+        thr_job *a = &jobs[0][k], *b = &jobs[1][k];
+        if (a->st != HSI_OK || b->st != HSI_OK) continue;
+        CU_ASSERT_EQUAL(memcmp(a->loss, b->loss, sizeof a->loss), 0);
+        CU_ASSERT_EQUAL_FATAL(a->n_state, b->n_state);
+        for (int i = 0; i < a->n_state; i++) {
+            const hsi_tensor *ta = a->state[i].t, *tb = b->state[i].t;
+            size_t bytes = hsi_dtype_size(ta->data.dtype) * (size_t)hsi_tensor_count(ta);
+            if (memcmp(hsi_tensor_ptr((hsi_tensor *)ta), hsi_tensor_ptr((hsi_tensor *)tb), bytes) != 0 ||
+                (ta->grad && memcmp(hsi_tensor_ptr(ta->grad), hsi_tensor_ptr(tb->grad), bytes) != 0)) {
+                CU_FAIL("two threads: another tensor");
+                fprintf(stderr, "\n  %s (graph %d) differs\n", a->state[i].name, k);
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 2; k++) {
+            free(jobs[r][k].state);
+            hsi_module_free(jobs[r][k].m);
+        }
+    hsi_cuda_free(gx);
+    hsi_cuda_free(gy);
+    free(hx);
+}
+
 static void test_graph_cnn2d(void) { rng_seed(34); graph_parity("cnn2d", 6, 7, 4, 10); }
 static void test_graph_hybridsn(void) { rng_seed(35); graph_parity("hybridsn", 16, 9, 5, 6); }
 
@@ -1442,4 +1557,5 @@ HSI_SUITE(cuda_model, HSI_SUITE_NEEDS_CUDA, {"cnn2d step vs the CPU engine", tes
           {"hybridsn step vs the CPU engine", test_model_hybridsn},
           {"cnn1d step vs the CPU engine", test_model_cnn1d},
           {"cnn2d steps as a CUDA Graph: the same bits", test_graph_cnn2d},
-          {"hybridsn steps as a CUDA Graph: the same bits", test_graph_hybridsn})
+          {"hybridsn steps as a CUDA Graph: the same bits", test_graph_hybridsn},
+          {"two threads on their own streams: the same bits as alone", test_threads_streams})
