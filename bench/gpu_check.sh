@@ -9,7 +9,9 @@
 #   tests      75 s  the CUDA suites (`--require-cuda cuda`: fail without a device),
 #                    then cuda_layers and cuda_model again with
 #                    HSI_CUDA_WIDE_INDEX=1 (the 64-bit-index kernels, else
-#                    only for arrays of 2^31 elements or more; 20 s of it)
+#                    only for arrays of 2^31 elements or more) and
+#                    HSI_CUDA_CONV_CHUNK=3 (the gemm convolutions in chunks
+#                    of 3 samples, else one chunk per 256 MiB; 20 s of it)
 #   commands   45 s  hsi's own commands with --device cpu and --device cuda on
 #                    data_samples/ (stats, preprocess, train, predict, bench
 #                    model), then train --conv gemm as usual, with
@@ -502,10 +504,13 @@ if needs_device tests; then
     [ -z "$counts" ] && counts="no CUnit summary: $(tail -1 "$O/tests.log")"
     result tests "$(rc_status "$RC")" "$RC" "$SECS" "$counts (log $O/tests.log)"
     # the layers' 64-bit-index kernels (otherwise only for arrays of 2^31
-    # elements or more) on the same parity cases: HSI_CUDA_WIDE_INDEX=1
-    echo "== [tests_wide] HSI_CUDA_WIDE_INDEX=1 $TESTS_BIN --require-cuda cuda_layers cuda_model"
-    timed 20 "$O/tests_wide.log" "${HSI_ENV[@]}" HSI_CUDA_WIDE_INDEX=1 "$TESTS_BIN" --require-cuda cuda_layers cuda_model
-    { echo; echo "==== HSI_CUDA_WIDE_INDEX=1 (the 64-bit-index kernels)"; cat "$O/tests_wide.log"; } >> "$O/tests.log"
+    # elements or more) and the gemm convolutions' chunks of samples
+    # (otherwise one chunk up to 256 MiB of columns) on the same parity cases
+    echo "== [tests_wide] HSI_CUDA_WIDE_INDEX=1 HSI_CUDA_CONV_CHUNK=3 $TESTS_BIN --require-cuda cuda_layers cuda_model"
+    timed 20 "$O/tests_wide.log" "${HSI_ENV[@]}" HSI_CUDA_WIDE_INDEX=1 HSI_CUDA_CONV_CHUNK=3 \
+        "$TESTS_BIN" --require-cuda cuda_layers cuda_model
+    { echo; echo "==== HSI_CUDA_WIDE_INDEX=1 HSI_CUDA_CONV_CHUNK=3 (64-bit-index kernels, convolutions in chunks of 3 samples)"
+      cat "$O/tests_wide.log"; } >> "$O/tests.log"
     grep -E "Test:.*(FAILED)|^ +[0-9]+\. " "$O/tests_wide.log" | head -20
     counts=$(cunit_counts "$O/tests_wide.log")
     result tests_wide "$(rc_status "$RC")" "$RC" "$SECS" "${counts:-no CUnit summary} (appended to $O/tests.log)"

@@ -37,12 +37,19 @@ static void conv_geom_fill(conv_geom *g, const hsi_conv_dims *d)
 }
 
 /* samples per workspace chunk: columns and weight-gradient parts of at most
- * 256 MiB, at least 1 */
+ * 256 MiB, at least 1; at most HSI_CUDA_CONV_CHUNK when set (read once: so
+ * that the device suites reach several chunks on small batches) */
 static int64_t conv_chunk(const conv_geom *g, int64_t n)
 {
+    static int64_t cap = -1;
+    if (cap < 0) {
+        const char *e = getenv("HSI_CUDA_CONV_CHUNK");
+        cap = e && atoll(e) > 0 ? atoll(e) : 0;
+    }
     int64_t per = g->CK * g->OS + g->K * g->CK;
     int64_t c = ((int64_t)64 << 20) / (per > 0 ? per : 1);
     if (c < 1) c = 1;
+    if (cap > 0 && c > cap) c = cap;
     return c < n ? c : n;
 }
 
