@@ -27,7 +27,7 @@
 #                    --device cuda and --device cpu (all cores): each run's
 #                    test OA, and `gpu_commands.py --salinas`: ok when the
 #                    means differ by at most max(2 x the larger seed std, 0.02)
-#   memcheck   85 s  compute-sanitizer memcheck on the CUDA suites, cuda_fused
+#   memcheck   75 s  compute-sanitizer memcheck on the CUDA suites, cuda_fused
 #                    included, and the loader's (pipeline_loader_cuda), with
 #                    HSI_CUDA_NO_CACHE=1 (exact cudaMalloc/cudaFree: overruns
 #                    and uses after free are seen); cuda_mem (whose allocator
@@ -55,8 +55,9 @@
 # 470 s in all (a 476 s deadline with the script's own work; on the H200 on
 # 2026-12-04 the whole check took 51-68 s: tests 1-2 s, memcheck 3, racecheck
 # 10, gpu_bench 7-12, torch 20-30, whence the 60 s of salinas_a and the 30 s
-# of profile taken from tests, racecheck, gpu_bench and torch; one CPU run of
-# salinas_a takes 4.2 s on 2 cores here). A stage runs
+# of profile taken from tests, racecheck, gpu_bench and torch, and 10 s of
+# memcheck given to commands; one CPU run of salinas_a takes 4.2 s on 2 cores
+# here). A stage runs
 # only when the time left covers its budget, else it is reported as skipped
 # with the reason, as is a stage whose inputs failed. Every stage prints one status line ("== [stage] STATUS ...") and
 # appends one JSON line to $OUT/results.jsonl as soon as it ends (with the
@@ -90,7 +91,7 @@ RES=$O/results.jsonl
 MODE=${HSI_GPU_CHECK_MODE:-auto}
 TOTAL=${HSI_GPU_CHECK_TOTAL_S:-476} # the deadline: the budgets (470 s) plus a few seconds for the script itself
 declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=75 [commands]=45 [salinas_a]=60
-                   [memcheck]=85 [racecheck]=25 [gpu_bench]=80 [profile]=30 [torch]=55)
+                   [memcheck]=75 [racecheck]=25 [gpu_bench]=80 [profile]=30 [torch]=55)
 T0=$(date +%s)
 # the environment as it was started: what PyTorch gets
 START_LD=${LD_LIBRARY_PATH-}
