@@ -219,10 +219,21 @@ hsi_status hsi_prep_transform(hsi_view *out, const hsi_prep *p, const hsi_view *
     memset(out, 0, sizeof *out);
     HSI_TRY(hsi_prep_check(p, cube, NULL));
     int64_t shape[3] = {hsi_prep_n_out(p), cube->shape[1], cube->shape[2]};
-    HSI_TRY(hsi_view_alloc(out, HSI_F32, 3, shape, HSI_BUF_HOST));
     hsi_fused_opts fo = {.tile_lines = ps->tile_lines, .n_threads = ps->n_threads,
                          .progress_label = ps->progress_label, .device = ps->device};
-    st = hsi_fused_run(out->buf->data, cube, &p->norm, p->has_pca ? &p->pca : NULL, &fo);
+    if (ps->out_on_device) {
+        hsi_buffer *b = NULL;
+        const char *why = hsi_fused_cuda_unsupported(cube, &fo);
+        if (why) return HSI_FAIL(HSI_ERR_UNSUPPORTED, "fused pass on the GPU: %s", why);
+        HSI_TRY(hsi_cuda_buffer(&b, sizeof(float) * (size_t)(shape[0] * shape[1] * shape[2])));
+        st = hsi_view_make_packed(out, b, 0, HSI_F32, 3, shape);
+        hsi_buffer_release(b); /* the view holds its own reference */
+        if (st != HSI_OK) return st;
+        st = hsi_fused_run_cuda(out->buf->data, 1, cube, &p->norm, p->has_pca ? &p->pca : NULL, &fo);
+    } else {
+        HSI_TRY(hsi_view_alloc(out, HSI_F32, 3, shape, HSI_BUF_HOST));
+        st = hsi_fused_run(out->buf->data, cube, &p->norm, p->has_pca ? &p->pca : NULL, &fo);
+    }
     if (st != HSI_OK) hsi_view_release(out);
 cleanup:
     return st;

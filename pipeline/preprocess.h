@@ -79,10 +79,15 @@ typedef struct hsi_prep_pass {
     const char *progress_label; /* transform: NULL = no bar; the ENVI writers: NULL =
                                    "project" or "normalise" */
     hsi_device device;          /* where the fused pass runs (core.h's rule) */
+    int out_on_device;          /* transform: the output in device memory (the pass on the
+                                   GPU, whatever device says) */
 } hsi_prep_pass;
 
 /* The fused pass over a whole cube or a crop of one (a tile): out is
- * allocated as a packed (n_out, lines, samples) float32 host view. */
+ * allocated as a packed (n_out, lines, samples) float32 host view, or with
+ * pass->out_on_device a device view (a cached device buffer; UNSUPPORTED
+ * with hsi_fused_cuda_unsupported's reason when the GPU cannot take the
+ * cube). */
 hsi_status hsi_prep_transform(hsi_view *out, const hsi_prep *p, const hsi_view *cube,
                               const hsi_prep_pass *pass);
 

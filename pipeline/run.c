@@ -218,6 +218,9 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
         return HSI_FAIL(HSI_ERR_ARG, "predict: the features given are not (%d, %lld, %lld)",
                         r->n_features, (long long)L, (long long)S);
     HSI_TRY(hsi_device_pick(&dev, o.device, 0, "predict", NULL));
+    if (o.features && hsi_view_on_device(o.features) && dev != HSI_DEVICE_CUDA)
+        return HSI_FAIL(HSI_ERR_ARG, "predict: the features given are in device memory; the "
+                                     "prediction must run on the GPU (device cuda)");
     if (dev == HSI_DEVICE_CUDA) {
         HSI_TRY(hsi_gpu_classifier_init(&gq, r, NULL, o.batch, o.conv));
         HSI_TRY(hsi_dmodel_set_graph(gq.dm, o.cuda_graph));
@@ -248,7 +251,10 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
             st = hsi_view_crop(&fc, o.features, a, b - a, 0, S);
         } else {
             HSI_TRY(hsi_view_crop(&crop, cube, a, b - a, 0, S));
-            st = hsi_prep_transform(&fc, &r->prep, &crop, &(hsi_prep_pass){.device = dev});
+            /* on the GPU the tile's features stay there and the patches are
+             * cut there (hsi_gpu_classify with a device patcher) */
+            int on_dev = gq.dm && !hsi_fused_cuda_unsupported(&crop, NULL);
+            st = hsi_prep_transform(&fc, &r->prep, &crop, &(hsi_prep_pass){.device = dev, .out_on_device = on_dev});
             hsi_view_release(&crop);
         }
         if (st != HSI_OK) goto cleanup;

@@ -73,14 +73,15 @@ typedef struct hsi_predict_opts {
     const char *progress_label; /* NULL: no progress bar */
     const hsi_view *features;  /* optional: the whole preprocessed (n_features, lines, samples)
                                   float32 cube when the caller has it; tiles are cut from it
-                                  instead of running the fused pass again */
+                                  instead of running the fused pass again (in device memory:
+                                  the patches are cut there; device CUDA only) */
     int across_ranks;          /* under mpirun (core/dist.h; every rank calls it): each
                                   rank classifies its run of the tiles and every rank
                                   gets the whole map, the bits of one process; a rank
                                   that fails leaves the others waiting: end the job */
     hsi_device device;         /* where the fused pass and the model run (core.h's rule):
-                                  CUDA: each tile's features by the GPU's fused pass, the
-                                  patches packed on the host, and the model's eval-mode
+                                  CUDA: each tile's features by the GPU's fused pass, kept
+                                  there, the patches cut there and the model's eval-mode
                                   forward on the GPU (models/model_cuda.h) */
     hsi_gpu_conv conv;         /* the GPU's convolutions (0 = HSI_GPU_CONV_AUTO: cuDNN when it
                                   loads); the CPU engine's are hsi_conv_set_impl's */

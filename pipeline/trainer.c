@@ -1342,8 +1342,10 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
         hsi_load_report rep;
         HSI_TRY(hsi_module_load(r->net, t->p_best, 1, &rep));
     }
-    hsi_predict_opts po = {.batch = c->batch * 2, .features = &t->fc, .across_ranks = t->ranks > 1,
-                           .device = trainer_device(t), .conv = t->gconv};
+    /* the features already on the device: the map's patches cut there */
+    hsi_predict_opts po = {.batch = c->batch * 2, .features = t->resident ? &t->fdev : &t->fc,
+                           .across_ranks = t->ranks > 1, .device = trainer_device(t), .conv = t->gconv,
+                           .cuda_graph = c->cuda_graph};
     if (t->ranks > 1) HSI_TRY(hsi_ddp_broadcast_state(t->ddp, 0));
     if (!t->writer) {
         t->res.epochs_run = t->epoch - t->first_epoch;
