@@ -87,32 +87,27 @@ def main():
         ok = None not in oa and abs(oa[0] - oa[1]) <= 0.05
         emit({"compare": "train", "oa_cpu": oa[0], "oa_cuda": oa[1]}, ok,
              "train: test OA cpu %s, cuda %s" % (oa[0], oa[1]))
-    if have("map_cpu", "map_cuda"):
-        with open(os.path.join(d, "map_cpu"), "rb") as f:
-            a = f.read()
-        with open(os.path.join(d, "map_cuda"), "rb") as f:
-            b = f.read()
-        same = sum(x == y for x, y in zip(a, b)) / max(len(a), 1)
-        ok = len(a) == len(b) and same >= 0.999
-        emit({"compare": "predict", "bytes": len(a), "fraction_equal": same}, ok,
-             "predict: %.4f of the map equal" % same)
+    def two(x, y):
+        r = []
+        for n in (x, y):
+            with open(os.path.join(d, n), "rb") as f:
+                r.append(f.read())
+        return r
+
+    for x, y, name, label in (("map_cpu", "map_cuda", "predict", "predict"),
+                              ("map_cuda", "map_cuda_graph", "predict_cuda_graph", "predict --cuda-graph")):
+        if have(x, y):
+            a, b = two(x, y)
+            same = sum(p == q for p, q in zip(a, b)) / max(len(a), 1)
+            ok = len(a) == len(b) and same >= 0.999
+            emit({"compare": name, "bytes": len(a), "fraction_equal": same}, ok,
+                 "%s: %.4f of the map equal" % (label, same))
     for other, what in (("graph", "--cuda-graph"), ("host", "--host-patches")):
-        if have("run_gemm/model.safetensors", "run_gemm_%s/model.safetensors" % other):
-            with open(os.path.join(d, "run_gemm/model.safetensors"), "rb") as f:
-                a = f.read()
-            with open(os.path.join(d, "run_gemm_%s/model.safetensors" % other), "rb") as f:
-                b = f.read()
+        x, y = "run_gemm/model.safetensors", "run_gemm_%s/model.safetensors" % other
+        if have(x, y):
+            a, b = two(x, y)
             emit({"compare": "train_gemm_vs_" + other, "bytes": len(a), "identical": a == b}, a == b,
                  "train %s: the model %s" % (what, "identical" if a == b else "DIFFERS"))
-    if have("map_cuda", "map_cuda_graph"):
-        with open(os.path.join(d, "map_cuda"), "rb") as f:
-            a = f.read()
-        with open(os.path.join(d, "map_cuda_graph"), "rb") as f:
-            b = f.read()
-        same = sum(x == y for x, y in zip(a, b)) / max(len(a), 1)
-        ok = len(a) == len(b) and same >= 0.999
-        emit({"compare": "predict_cuda_graph", "bytes": len(a), "fraction_equal": same}, ok,
-             "predict --cuda-graph: %.4f of the map equal" % same)
     if have("bench_cpu.json", "bench_cuda.json"):
         a, b = load(os.path.join(d, "bench_cpu.json")), load(os.path.join(d, "bench_cuda.json"))
         r = {k: b[k] / a[k] for k in ("train_samples_per_s", "infer_samples_per_s") if a.get(k)}
