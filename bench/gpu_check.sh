@@ -6,7 +6,8 @@
 #   probe      15 s  nvidia-smi and `gpu_bench --probe 1` (the CUDA runtime's
 #                    own error when it sees no device: a driver older than the
 #                    runtime is said as such)
-#   tests      75 s  the CUDA suites (`--require-cuda cuda`: fail without a device),
+#   tests      75 s  the CUDA suites, one process each (`--require-cuda SUITE`:
+#                    fail without a device; a crash loses no other suite),
 #                    then cuda_layers and cuda_model again with
 #                    HSI_CUDA_WIDE_INDEX=1 (the 64-bit-index kernels, else
 #                    only for arrays of 2^31 elements or more) and
@@ -489,15 +490,32 @@ needs_device() {
 }
 
 # cunit_counts LOG: the tests row of CUnit's run summary, in words ("" when none)
+# the CUnit "tests" summary lines of a log, added up (one per run in it)
 cunit_counts() {
-    awk '$1 == "tests" && NF >= 6 {printf "%s tests, %s ran, %s passed, %s failed, %s inactive", $2, $3, $4, $5, $6}' "$1" | tail -1
+    awk '$1 == "tests" && NF >= 6 {t += $2; r += $3; p += $4; f += $5; i += $6; n++}
+         END {if (n) printf "%d tests, %d ran, %d passed, %d failed, %d inactive%s", t, r, p, f, i,
+                            n > 1 ? " (" n " runs)" : ""}' "$1"
 }
 
 # --------------------------------------------------------- 1. the CUDA suites
 rc_tests=skipped
 if needs_device tests; then
-    echo "== [tests] $TESTS_BIN --require-cuda cuda"
-    timed "${BUDGET[tests]}" "$O/tests.log" "${HSI_ENV[@]}" "$TESTS_BIN" --require-cuda cuda
+    # one process per suite: a crash in one loses no other's results
+    echo "== [tests] $TESTS_BIN --require-cuda SUITE, each suite of --list with 'cuda' in its name"
+    : > "$O/tests.log"
+    t=$(now)
+    RC=0
+    suites=$("${HSI_ENV[@]}" "$TESTS_BIN" --list 2>> "$O/tests.log" | grep cuda)
+    [ -z "$suites" ] && { echo "   no CUDA suite listed"; RC=1; }
+    for s in $suites; do
+        l=$(( BUDGET[tests] - 20 - ($(now) - t) )) # 20 s kept for tests_wide
+        [ $l -lt 3 ] && { echo "   (out of time before suite $s)" | tee -a "$O/tests.log"; RC=124; break; }
+        echo "==== suite $s" >> "$O/tests.log"
+        timeout -k 2 $(( l - 2 )) "${HSI_ENV[@]}" "$TESTS_BIN" --require-cuda "$s" >> "$O/tests.log" 2>&1
+        r=$?
+        [ $r -ne 0 ] && { echo "   suite $s: exit status $r"; RC=$r; }
+    done
+    SECS=$(( $(now) - t ))
     rc_tests=$RC
     grep -E "^Suite|Test:.*(FAILED)|^ +[0-9]+\. |skipped" "$O/tests.log" | head -60
     sed -n '/^Run Summary/,$p' "$O/tests.log" | head -8
