@@ -338,8 +338,9 @@ static hsi_status eval_role(hsi_trainer *t, hsi_metrics *m, int role, double *me
     }
     double mine = 0;
     if (t->on_gpu) /* the device copy as it stands (one rank) */
-        HSI_TRY(hsi_gpu_classify(&t->gq, &t->run, pred + lo, t->resident ? &t->dpt : &t->pt, sp->idx[role] + lo, hi - lo,
-                                 mean_loss ? sp->cls[role] + lo : NULL, &mine));
+        HSI_TRY(hsi_gpu_classify(&t->gq, &t->run, pred + lo, t->resident ? &t->dpt : &t->pt,
+                                 sp->idx[role] + lo, hi - lo, mean_loss ? sp->cls[role] + lo : NULL,
+                                 &mine));
     else if (mean_loss)
         HSI_TRY(hsi_run_classify_loss(&t->run, pred + lo, &t->pt, sp->idx[role] + lo, hi - lo,
                                       t->c.batch * 2, t->g, sp->cls[role] + lo, &mine));
@@ -771,7 +772,6 @@ cleanup:
     return st;
 }
 
-/* Model, optimiser, schedule (or the checkpoint's), loader. */
 /* GPU training with one rank: the features go to the device once, when
  * they are in memory (not streamed from a file) and take at most a quarter
  * of its free memory, unless host_patches; the loader then moves each
@@ -815,6 +815,7 @@ cleanup:
     return st;
 }
 
+/* Model, optimiser, schedule (or the checkpoint's), loader. */
 static hsi_status build_model(hsi_trainer *t)
 {
     hsi_status st = HSI_OK;
