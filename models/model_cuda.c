@@ -87,6 +87,7 @@ struct hsi_dmodel {
     int64_t arena_n, arena_used;
     int folds_valid;              /* the wf, bf of the fold layers match the parameters */
     hsi_step_scalars *scal;       /* this step's dropout key and Adam factors, on the device */
+    hsi_step_scalars scal_h;      /* what *scal holds (set_scalars writes only a change) */
     int has_dropout;
     /* the training step and the eval forward as CUDA Graphs (hsi_dmodel_set_graph) */
     int graph;                    /* asked for */
@@ -698,15 +699,19 @@ static hsi_status forward(hsi_dmodel *d, int64_t n, int training)
 
 /* The values of the step the next launches belong to, into d->scal
  * (stream-ordered): dropout's key from the forward calls so far, Adam's
- * factors at `step`. The kernels read them when they run, so a captured
- * step replays with each step's. */
+ * factors at `step` (the step forward_backward's optim_step will take).
+ * The kernels read them when they run, so a captured step replays with
+ * each step's. Launches only when they changed: once per step. */
 static hsi_status set_scalars(hsi_dmodel *d, int64_t step)
 {
     hsi_step_scalars v;
     memset(&v, 0, sizeof v);
-    v.dropout_key = d->seed + (uint64_t)d->calls * 0x100000001B3ull;
-    if (step >= 1) hsi_adam_factors(v.adam, &d->cfg, step);
-    return hsi_step_scalars_set_cuda(d->scal, &v);
+    if (d->has_dropout) v.dropout_key = d->seed + (uint64_t)d->calls * 0x100000001B3ull;
+    hsi_adam_factors(v.adam, &d->cfg, step);
+    if (!memcmp(&v, &d->scal_h, sizeof v)) return HSI_OK;
+    hsi_status st = hsi_step_scalars_set_cuda(d->scal, &v);
+    if (st == HSI_OK) d->scal_h = v;
+    return st;
 }
 
 /* forward_backward's launches: gradients zeroed, forward in training mode,
@@ -777,7 +782,7 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
     if (n < 1 || n > d->max_batch)
         return HSI_FAIL(HSI_ERR_ARG, "device model: batch of %lld samples (1..%lld)", (long long)n,
                         (long long)d->max_batch);
-    if (d->has_dropout) HSI_TRY(set_scalars(d, 0));
+    HSI_TRY(set_scalars(d, d->step + 1));
     st = fb_launch(d, x, y, n);
     if (st == HSI_OK) count_forward(d, n);
 cleanup:
@@ -807,7 +812,9 @@ static void graph_forget(dm_graph *G)
         if (cu) cu->graph_destroy(G->exec);
     }
     hsi_cuda_free(G->scratch);
+    int64_t launches = G->launches; /* counted over the model's life */
     memset(G, 0, sizeof *G);
+    G->launches = launches;
 }
 
 static void graph_drop(hsi_dmodel *d)
