@@ -306,20 +306,12 @@ static int parse_train_args(hsi_train_config *c, int argc, char **argv, const ch
         return hsi_cli_usage_error(cmd, "give LABELS or --train-labels/--test-labels, not both");
     if (!*out) return hsi_cli_usage_error(cmd, "--out DIR is required");
     c->out_dir = *out;
-    /* --conv: its name, and direct/cudnn against --device cpu or cuda (the
-     * trainer checks it against the device auto becomes) */
+    /* --conv, --cuda-graph, --host-patches against --device cpu or cuda
+     * (the trainer checks them against the device auto becomes) */
     hsi_device dev;
     if (hsi_device_parse(&dev, c->device, "--device") == HSI_OK &&
-        hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK)
+        hsi_train_device_options(c, dev) != HSI_OK)
         return hsi_cli_usage_error(cmd, "%s", hsi_last_error());
-    if (hsi_device_parse(&dev, c->device, "--device") == HSI_OK && dev == HSI_DEVICE_CPU) {
-        if (c->cuda_graph)
-            return hsi_cli_usage_error(cmd, "--cuda-graph captures the GPU's training step: it "
-                                            "needs --device cuda (or auto)");
-        if (c->host_patches)
-            return hsi_cli_usage_error(cmd, "--host-patches says where the GPU's training patches "
-                                            "are cut: it needs --device cuda (or auto)");
-    }
     return HSI_EXIT_OK;
 }
 

@@ -409,13 +409,7 @@ static hsi_status check_config(hsi_train_config *c)
                             c->batch, ranks, ranks);
         if (c->tile < 0) return HSI_FAIL(HSI_ERR_ARG, "--tile must be >= 0 (got %d)", c->tile);
     }
-    if (hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK) return HSI_ERR_ARG;
-    if (c->cuda_graph && dev == HSI_DEVICE_CPU)
-        return HSI_FAIL(HSI_ERR_ARG, "--cuda-graph captures the GPU's training step: it needs "
-                                     "--device cuda (or auto)");
-    if (c->host_patches && dev == HSI_DEVICE_CPU)
-        return HSI_FAIL(HSI_ERR_ARG, "--host-patches says where the GPU's training patches are cut: "
-                                     "it needs --device cuda (or auto)");
+    if (hsi_train_device_options(c, dev) != HSI_OK) return HSI_ERR_ARG;
     if (!strcasecmp(c->device, "cuda")) {
         if (c->resume)
             return HSI_FAIL(HSI_ERR_UNSUPPORTED,
@@ -425,6 +419,19 @@ static hsi_status check_config(hsi_train_config *c)
         hsi_status st = hsi_cuda_require("--device cuda");
         if (st != HSI_OK) return st;
     }
+    return HSI_OK;
+}
+
+hsi_status hsi_train_device_options(const hsi_train_config *c, hsi_device dev)
+{
+    if (hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK) return HSI_ERR_ARG;
+    if (dev != HSI_DEVICE_CPU) return HSI_OK;
+    if (c->cuda_graph)
+        return HSI_FAIL(HSI_ERR_ARG, "--cuda-graph captures the GPU's training step: it needs "
+                                     "--device cuda (or auto)");
+    if (c->host_patches)
+        return HSI_FAIL(HSI_ERR_ARG, "--host-patches says where the GPU's training patches are cut: "
+                                     "it needs --device cuda (or auto)");
     return HSI_OK;
 }
 

@@ -158,6 +158,11 @@ typedef struct hsi_trainer hsi_trainer;
  * runs the fused pass, builds the model, optimiser and loader, and (resume)
  * restores the last checkpoint. */
 hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg);
+/* The options that depend on the device (conv, cuda_graph, host_patches)
+ * against dev (HSI_DEVICE_AUTO: conv's name only): HSI_ERR_ARG naming the
+ * option. hsi_trainer_create checks them too, against the device auto
+ * becomes; the CLI calls it to make them usage errors. */
+hsi_status hsi_train_device_options(const hsi_train_config *c, hsi_device dev);
 
 /* One training step: the next batch of the loader through the model and
  * the optimiser. When the loader has no batch left, the epoch ends instead:
