@@ -416,7 +416,7 @@ static void fused_host(fused_ctx *c)
     /* the tile stream on one stream (HSI_CUDA_TILE_STREAMS=1) and on three,
      * alternated over 3 rounds: PCA 30 (small output) and the normalisation
      * alone (float output twice the uint16 input: the copies out weigh) */
-    norm_out = malloc(sizeof(float) * (size_t)(c->n_out / 30 * c->nm.n_bands));
+    norm_out = malloc(sizeof(float) * (size_t)(c->nm.n_bands * c->cube.shape[1] * c->cube.shape[2]));
     HCHECK(norm_out);
     for (int pc = 1; pc >= 0; pc--) {
         double g[2][3], lo = 1e30, hi = 0, sum[2] = {0, 0};

@@ -253,9 +253,8 @@ hsi_status hsi_run_predict(const hsi_run *r, int32_t *map, const hsi_view *cube,
             HSI_TRY(hsi_view_crop(&crop, cube, a, b - a, 0, S));
             /* on the GPU the tile's features stay there and the patches are
              * cut there (hsi_gpu_classify with a device patcher) */
-            int on_dev = gq.dm && !hsi_fused_cuda_unsupported(&crop, NULL);
             st = hsi_prep_transform(&fc, &r->prep, &crop,
-                                    &(hsi_prep_pass){.device = dev, .out_on_device = on_dev});
+                                    &(hsi_prep_pass){.device = dev, .out_on_device = gq.dm != NULL});
             hsi_view_release(&crop);
         }
         if (st != HSI_OK) goto cleanup;
