@@ -609,11 +609,13 @@ static hsi_status bn_fail(const char *op, int n, int c, int64_t s, const char *f
         }                                                                                          \
     } while (0)
 
-/* 1 when cuDNN takes a batch norm of (n, c, s) with eps (else hsi's kernels) */
+/* 1 when cuDNN takes a batch norm of (n, c, s) with eps (else hsi's kernels:
+ * one value per channel too, whose unbiased variance hsi's kernels and the
+ * CPU take as the biased one, 0, where cuDNN's divides by n * s - 1 = 0) */
 static int bn_fits(int n, int c, int64_t s, float eps)
 {
-    return n >= 1 && c >= 1 && s >= 1 && (double)eps >= CUDNN_BN_MIN_EPSILON &&
-           (int64_t)n * c * s <= INT32_MAX;
+    return n >= 1 && c >= 1 && s >= 1 && (int64_t)n * s > 1 &&
+           (double)eps >= CUDNN_BN_MIN_EPSILON && (int64_t)n * c * s <= INT32_MAX;
 }
 
 static hsi_status bn_begin(cudnnHandle_t *h, bn_desc *D, int n, int c, int64_t s, const char *op)

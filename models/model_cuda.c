@@ -98,12 +98,21 @@ struct hsi_dmodel {
 };
 
 /* f32 packed host tensor -> new device copy */
-static hsi_status upload(float **dev, const hsi_tensor *t, const char *what)
+/* the device holds float32 only: a tensor of another dtype is refused,
+ * never copied as if it were one */
+static hsi_status packed_f32(const hsi_tensor *t, const char *what)
 {
     if (t->data.dtype != HSI_F32 || !hsi_view_is_packed(&t->data))
         return HSI_FAIL(HSI_ERR_UNSUPPORTED, "device model: %s must be packed float32", what);
+    return HSI_OK;
+}
+
+static hsi_status upload(float **dev, const hsi_tensor *t, const char *what)
+{
+    hsi_status st = packed_f32(t, what);
+    if (st != HSI_OK) return st;
     size_t n = sizeof(float) * (size_t)hsi_tensor_count(t);
-    hsi_status st = hsi_cuda_malloc((void **)dev, n);
+    st = hsi_cuda_malloc((void **)dev, n);
     if (st == HSI_OK) st = hsi_cuda_upload(*dev, hsi_tensor_ptr(t), n);
     return st;
 }
@@ -137,6 +146,8 @@ static hsi_status param_slot(hsi_dmodel *d, float **p, float **g, float **mo, fl
                              const char *what)
 {
     int64_t n = hsi_tensor_count(t), off = d->arena_used;
+    hsi_status st = packed_f32(t, what);
+    if (st != HSI_OK) return st;
     if (off + n > d->arena_n)
         return HSI_FAIL(HSI_ERR_STATE, "device model: parameter %s does not fit the arena", what);
     d->arena_used = off + arena_round(n);

@@ -1549,6 +1549,28 @@ static void test_threads_streams(void)
 static void test_graph_cnn2d(void) { rng_seed(34); graph_parity("cnn2d", 6, 7, 4, 10); }
 static void test_graph_hybridsn(void) { rng_seed(35); graph_parity("hybridsn", 16, 9, 5, 6); }
 
+/* The device holds float32 only: a float64 model is refused, naming the
+ * dtype, by every model's first parameter (before the arena, the copies'
+ * own check refused it; the arena's copies had none). */
+static void test_model_f64_refused(void)
+{
+    const char *names[3] = {"cnn2d", "hybridsn", "cnn1d"};
+    for (int k = 0; k < 3; k++) {
+        hsi_module *m = NULL;
+        HSI_CHECK_OK(hsi_model_create(&m, names[k], 16, k == 2 ? 1 : 9, 4, HSI_F64, 5));
+        int64_t xs[5];
+        int nd = hsi_model_input_shape(names[k], 2, 16, k == 2 ? 1 : 9, xs);
+        hsi_optim_config cfg;
+        hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
+        hsi_dmodel *d = NULL;
+        CU_ASSERT_EQUAL(hsi_dmodel_create(&d, m, nd - 1, xs + 1, 2, &cfg, 9), HSI_ERR_UNSUPPORTED);
+        CU_ASSERT_PTR_NULL(d);
+        CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "must be packed float32"));
+        hsi_dmodel_free(d);
+        hsi_module_free(m);
+    }
+}
+
 static void test_model_cnn2d(void) { rng_seed(31); model_parity("cnn2d", 6, 7, 4, 10); }
 static void test_model_hybridsn(void) { rng_seed(32); model_parity("hybridsn", 16, 9, 5, 6); }
 static void test_model_cnn1d(void) { rng_seed(33); model_parity("cnn1d", 20, 1, 3, 8); }
@@ -1556,6 +1578,7 @@ static void test_model_cnn1d(void) { rng_seed(33); model_parity("cnn1d", 20, 1, 
 HSI_SUITE(cuda_model, HSI_SUITE_NEEDS_CUDA, {"cnn2d step vs the CPU engine", test_model_cnn2d},
           {"hybridsn step vs the CPU engine", test_model_hybridsn},
           {"cnn1d step vs the CPU engine", test_model_cnn1d},
+          {"a float64 model refused, not copied as float32", test_model_f64_refused},
           {"cnn2d steps as a CUDA Graph: the same bits", test_graph_cnn2d},
           {"hybridsn steps as a CUDA Graph: the same bits", test_graph_hybridsn},
           {"two threads on their own streams: the same bits as alone", test_threads_streams})
