@@ -215,7 +215,9 @@ static hsi_status capture_end(void *s, void **exec)
     cudaGraphExec_t x = NULL;
     *exec = NULL;
     cudaError_t e = cudaStreamEndCapture((cudaStream_t)s, &g);
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&x, g, 0);
+    /* auto-free: a library's stream-ordered allocation captured without
+     * its free (none of hsi's) cannot block the next launch */
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&x, g, cudaGraphInstantiateFlagAutoFreeOnLaunch);
     if (g) cudaGraphDestroy(g);
     if (e != cudaSuccess) {
         cudaGetLastError();

@@ -330,8 +330,11 @@ static void plan_lookup(dnn_plan *p)
     pthread_mutex_unlock(&g_plan_lock);
 }
 
-/* merges p into the cache (a lost allocation only costs a new choice later) */
-static void plan_store(const dnn_plan *p)
+/* Merges p into the cache (a lost allocation only costs a new choice
+ * later) and takes the cache's entry back: two threads that chose at once
+ * both run the plan stored first (its workspace size, which a graph
+ * capture's scratch was measured with, and its bits). */
+static void plan_store(dnn_plan *p)
 {
     pthread_mutex_lock(&g_plan_lock);
     int64_t i = 0;
@@ -348,6 +351,7 @@ static void plan_store(const dnn_plan *p)
         if (p->have_bwd && !q->have_bwd)
             q->have_bwd = 1, q->bwd_data = p->bwd_data, q->bwd_filter = p->bwd_filter,
             q->bwd_data_ws = p->bwd_data_ws, q->bwd_filter_ws = p->bwd_filter_ws;
+        *p = *q;
     } else if (g_n_plans < g_cap_plans) {
         g_plans[g_n_plans++] = *p;
     }

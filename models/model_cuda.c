@@ -814,12 +814,19 @@ hsi_status hsi_dmodel_optim_step(hsi_dmodel *d)
 /* ------------------------------------------- the steps as CUDA Graphs */
 
 /* Forgets a captured step (the next one measures and captures again).
- * Waits for the stream first: a launch may still be running. */
+ * Waits for the stream first: a launch may still be running. Called on
+ * cleanup after a failure too: the failure's message is kept (a device
+ * fault makes this wait fail as well). */
 static void graph_forget(dm_graph *G)
 {
     if (G->exec) {
         const hsi_cuda_plugin *cu = hsi_cuda_plugin_get();
-        if (hsi_cuda_sync() != HSI_OK) hsi_clear_error();
+        char keep[2048];
+        snprintf(keep, sizeof keep, "%s", hsi_last_error());
+        if (hsi_cuda_sync() != HSI_OK) {
+            if (keep[0]) hsi_fail(HSI_ERR_CUDA, "%s", keep);
+            else hsi_clear_error();
+        }
         if (cu) cu->graph_destroy(G->exec);
     }
     hsi_cuda_free(G->scratch);
@@ -918,10 +925,10 @@ static hsi_status graph_call(hsi_dmodel *d, int training, const float *x, const 
         st = training ? plain_step(d, x, y, n) : plain_predict(d, x, n);
         size_t need = hsi_cuda_scratch_end();
         if (st != HSI_OK) return st;
-        G->bytes = need ? need : 256;
-        HSI_TRY(hsi_cuda_malloc(&G->scratch, G->bytes));
         if (!d->gx) HSI_TRY(hsi_cuda_malloc((void **)&d->gx, xb));
         if (!d->gy) HSI_TRY(hsi_cuda_malloc((void **)&d->gy, sizeof(int32_t) * (size_t)n));
+        G->bytes = need ? need : 256;
+        HSI_TRY(hsi_cuda_malloc(&G->scratch, G->bytes)); /* last: state 1 once it is held */
         G->state = 1;
         return HSI_OK;
     }
