@@ -93,7 +93,8 @@ RES=$O/results.jsonl
 MODE=${HSI_GPU_CHECK_MODE:-auto}
 TOTAL=${HSI_GPU_CHECK_TOTAL_S:-476} # the deadline: the budgets (470 s) plus a few seconds for the script itself
 declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=75 [commands]=45 [salinas_a]=60
-                   [memcheck]=75 [racecheck]=25 [gpu_bench]=80 [profile]=30 [torch]=55)
+                   [memcheck]=75 [racecheck]=25 [gpu_bench]=80 [profile]=30 [torch]=55
+                   [tests_wide]=20) # tests_wide: the last 20 s of the tests stage's 75
 T0=$(date +%s)
 # the environment as it was started: what PyTorch gets
 START_LD=${LD_LIBRARY_PATH-}
@@ -509,13 +510,21 @@ if needs_device tests; then
     suites=$("${HSI_ENV[@]}" "$TESTS_BIN" --list 2>> "$O/tests.log" | grep cuda)
     [ -z "$suites" ] && { echo "   no CUDA suite listed"; RC=1; }
     for s in $suites; do
-        l=$(( BUDGET[tests] - 20 - ($(now) - t) )) # 20 s kept for tests_wide
+        l=$(( BUDGET[tests] - BUDGET[tests_wide] - ($(now) - t) ))
         [ $l -lt 3 ] && { echo "   (out of time before suite $s)" | tee -a "$O/tests.log"; RC=124; break; }
         echo "==== suite $s" >> "$O/tests.log"
-        timeout -k 2 $(( l - 2 )) "${HSI_ENV[@]}" "$TESTS_BIN" --require-cuda "$s" >> "$O/tests.log" 2>&1
+        timeout -k 2 $(( l - 2 )) "${HSI_ENV[@]}" "$TESTS_BIN" --require-cuda "$s" > "$O/suite.log" 2>&1
         r=$?
-        [ $r -ne 0 ] && { echo "   suite $s: exit status $r"; RC=$r; }
+        cat "$O/suite.log" >> "$O/tests.log"
+        # a suite this machine cannot run (cuda_salinas_a without ../shared/data,
+        # in a local build) is inactive: the runner says why, and no test ran
+        if [ $r -eq 1 ] && grep -q "^skipped: " "$O/suite.log" && grep -q "no test ran" "$O/suite.log"; then
+            echo "   suite $s: inactive here ($(grep -m1 '^skipped: ' "$O/suite.log" | cut -c10-))"
+        elif [ $r -ne 0 ]; then
+            echo "   suite $s: exit status $r"; RC=$r
+        fi
     done
+    rm -f "$O/suite.log"
     SECS=$(( $(now) - t ))
     rc_tests=$RC
     grep -E "^Suite|Test:.*(FAILED)|^ +[0-9]+\. |skipped" "$O/tests.log" | head -60
@@ -527,13 +536,14 @@ if needs_device tests; then
     # elements or more) and the gemm convolutions' chunks of samples
     # (otherwise one chunk up to 256 MiB of columns) on the same parity cases
     echo "== [tests_wide] HSI_CUDA_WIDE_INDEX=1 HSI_CUDA_CONV_CHUNK=3 $TESTS_BIN --require-cuda cuda_layers cuda_model"
-    timed 20 "$O/tests_wide.log" "${HSI_ENV[@]}" HSI_CUDA_WIDE_INDEX=1 HSI_CUDA_CONV_CHUNK=3 \
+    timed "${BUDGET[tests_wide]}" "$O/tests_wide.log" "${HSI_ENV[@]}" HSI_CUDA_WIDE_INDEX=1 HSI_CUDA_CONV_CHUNK=3 \
         "$TESTS_BIN" --require-cuda cuda_layers cuda_model
     { echo; echo "==== HSI_CUDA_WIDE_INDEX=1 HSI_CUDA_CONV_CHUNK=3 (64-bit-index kernels, convolutions in chunks of 3 samples)"
       cat "$O/tests_wide.log"; } >> "$O/tests.log"
     grep -E "Test:.*(FAILED)|^ +[0-9]+\. " "$O/tests_wide.log" | head -20
     counts=$(cunit_counts "$O/tests_wide.log")
     result tests_wide "$(rc_status "$RC")" "$RC" "$SECS" "${counts:-no CUnit summary} (appended to $O/tests.log)"
+    [ "$RC" != 0 ] && [ "$rc_tests" = 0 ] && rc_tests=$RC # counts in the check's exit status
 fi
 
 # ------------------------------- 1a. the commands, --device cpu and cuda
@@ -570,6 +580,9 @@ if needs_device commands; then
     done
     python3 bench/gpu_commands.py "$C" > "$O/commands.jsonl" 2>> "$O/commands.log"
     RC=$?
+    # compared: the weights and training states (2.5 MB a run) stay behind,
+    # as Salinas-A's do (logs.tar.gz comes back only under 16 MiB)
+    rm -f "$C"/run_*/*.safetensors
     SECS=$(( $(now) - t ))
     figures "$O/commands.jsonl" commands
     detail=$(sed -n 's/^{"detail": "\(.*\)"}$/\1/p' "$O/commands.jsonl" | tail -1)

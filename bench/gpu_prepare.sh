@@ -6,7 +6,7 @@
 # the GPU/CPU ratios is the real one; OPT=... in the environment overrides it
 # as for make), links the two programs the GPU check needs without GDAL
 # (not on the GPU image, and too big to carry; libhsi dlopens it):
-# build/gpu/run/gpu_tests (tests/runner.c + test_cuda.c + test_cuda_cudnn.c +
+# build/gpu/run/gpu_tests (tests/runner.c + test_cuda.c + test_cuda_cudnn.c + test_cuda_plugin.c +
 # test_backend_ops.c + test_pipeline_loader.c, with bench/gpu_tests_nogdal.c
 # for the runner's GDAL calls), build/gpu/run/gpu_bench and the hsi command
 # itself (build/gpu/run/hsi, for the check's --device stage), copies the shared libraries they
@@ -52,7 +52,7 @@ cp $G/libhsi_cuda.so $G/hsi $R/
 # runner.c's PNG readers call GDAL: bench/gpu_tests_nogdal.c stands in for it
 # (the suites that run hsi run the one carried beside gpu_tests)
 cc $CFLAGS -DHSI_BIN="\"./$R/hsi\"" -rdynamic tests/runner.c tests/test_cuda.c tests/test_cuda_cudnn.c \
-    tests/test_backend_ops.c tests/test_pipeline_loader.c \
+    tests/test_cuda_plugin.c tests/test_backend_ops.c tests/test_pipeline_loader.c \
     bench/gpu_tests_nogdal.c $G/libhsi.a -Wl,--as-needed -lcunit $LDLIBS -o $R/gpu_tests
 # shellcheck disable=SC2086
 cc $CFLAGS -I"$CUDA_HOME/include" -rdynamic bench/gpu_bench.c $G/libhsi.a -Wl,--as-needed $LDLIBS \

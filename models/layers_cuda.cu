@@ -673,6 +673,7 @@ extern "C" hsi_status hsi_gap_backward_cuda(float *dx, const float *dy, int n, i
 {
     HSI_CU_TRY(hsi_cuda_require("global average pool"));
     int64_t rows = (int64_t)n * c;
+    if (rows <= 0 || s <= 0) return hsi_fail(HSI_ERR_ARG, "global average pool backward (CUDA): empty input");
     if (hsi_index32_fits(rows * s))
         gap_bwd_fd_kernel<<<hsi_cu_blocks(rows * s, LC_THREADS), LC_THREADS, 0, hsi_cu_stream()>>>(
             dx, dy, hsi_fastdiv_make((uint32_t)s), (uint32_t)(rows * s), 1.0f / (float)s);
