@@ -396,5 +396,7 @@ HSI_CLI_COMMAND(bench_model,
                  "stderr, from extra steps that wait for each layer. --graph: each\n"
                  "training step and inference batch from the second of its kind on is\n"
                  "one CUDA Graph launch instead of a launch per kernel (the same results\n"
-                 "bit for bit; the JSON's graph_launches counts the training steps).\n",
+                 "bit for bit; the JSON's graph_launches counts the training steps; the\n"
+                 "first of each kind measures and the second captures, so the timed\n"
+                 "steps are all launches with --warmup 2 or more).\n",
                  bench_model})

@@ -392,6 +392,9 @@ static hsi_status check_config(hsi_train_config *c)
     hsi_device dev;
     if (hsi_device_parse(&dev, c->device, "--device") != HSI_OK) return HSI_ERR_ARG;
     int ranks = hsi_dist_size();
+    /* the GPU's own options against the device asked for: with auto
+     * becoming the CPU they go unused, as predict's do */
+    if (hsi_train_device_options(c, dev) != HSI_OK) return HSI_ERR_ARG;
     /* auto: the GPU when one is there and the run can use it (one rank, not
      * resumed), else the CPU; the run records what was chosen */
     if (dev == HSI_DEVICE_AUTO)
@@ -409,7 +412,7 @@ static hsi_status check_config(hsi_train_config *c)
                             c->batch, ranks, ranks);
         if (c->tile < 0) return HSI_FAIL(HSI_ERR_ARG, "--tile must be >= 0 (got %d)", c->tile);
     }
-    if (hsi_train_device_options(c, dev) != HSI_OK) return HSI_ERR_ARG;
+    if (hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK) return HSI_ERR_ARG;
     if (!strcasecmp(c->device, "cuda")) {
         if (c->resume)
             return HSI_FAIL(HSI_ERR_UNSUPPORTED,
@@ -1391,6 +1394,10 @@ hsi_status hsi_trainer_finish(hsi_trainer *t, hsi_train_result *res)
          train_time, t->res.train_samples_per_s, ls.wait_s,
          100 * ls.wait_s / (t->pa.forward + t->pa.backward + t->pa.optimizer + ls.wait_s + 1e-12),
          t->best_epoch + 1);
+    if (t->dm && c->cuda_graph)
+        info(t, "CUDA Graphs: %lld training steps and %lld validation forwards launched as graphs "
+                "(the others ran one launch per kernel)\n",
+             (long long)hsi_dmodel_graph_launches(t->dm, 1), (long long)hsi_dmodel_graph_launches(t->dm, 0));
 
     /* the whole-scene map; the test metrics are read off it (a pixel's
      * prediction does not depend on the tile it was computed in) */

@@ -159,9 +159,10 @@ typedef struct hsi_trainer hsi_trainer;
  * restores the last checkpoint. */
 hsi_status hsi_trainer_create(hsi_trainer **out, const hsi_train_config *cfg);
 /* The options that depend on the device (conv, cuda_graph, host_patches)
- * against dev (HSI_DEVICE_AUTO: conv's name only): HSI_ERR_ARG naming the
- * option. hsi_trainer_create checks them too, against the device auto
- * becomes; the CLI calls it to make them usage errors. */
+ * against dev as asked (HSI_DEVICE_AUTO: conv's name only; the GPU's
+ * options go unused when auto becomes the CPU): HSI_ERR_ARG naming the
+ * option. hsi_trainer_create checks them too, and conv again against the
+ * device auto becomes; the CLI calls it to make them usage errors. */
 hsi_status hsi_train_device_options(const hsi_train_config *c, hsi_device dev);
 
 /* One training step: the next batch of the loader through the model and

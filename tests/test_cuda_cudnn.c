@@ -531,6 +531,14 @@ static void test_no_device(void)
     /* auto on a machine without a device is the CPU, where cudnn is no choice */
     CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " bench model cnn2d --device auto --conv cudnn"), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "--conv cudnn runs on the GPU only"));
+    /* the GPU's own options go unused when auto becomes the CPU (as
+     * predict's do); train.log says where it ran */
+    const char *dir = hsi_test_tmp("run_auto_graph");
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, HSI_BIN " train data_samples/scene.hdr "
+                                 "data_samples/scene_gt.hdr --out %s --device auto --cuda-graph "
+                                 "--host-patches --epochs 1 --quiet --overwrite", dir), 0);
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "grep -c 'CUDA' %s/train.log", dir), 1); /* none */
+    CU_ASSERT_EQUAL(hsi_test_run(out, sizeof out, "grep -c 'model cnn2d' %s/train.log", dir), 0);
 }
 
 HSI_SUITE(conv_option, 0, {"hsi_conv_option: names and devices", test_option},
