@@ -210,6 +210,10 @@ static void test_allocator(void)
 {
     hsi_cuda_mem_stats a, b;
     void *p = NULL, *q = NULL;
+    if (!cache_on()) { /* nothing cached to test (test_allocator_no_cache's case) */
+        CU_PASS("HSI_CUDA_NO_CACHE set: no cache");
+        return;
+    }
     HSI_CHECK_OK(hsi_cuda_malloc(&p, 3000));
     hsi_cuda_free(p);
     hsi_cuda_mem_get(&a);
@@ -236,11 +240,14 @@ static void test_allocator(void)
 }
 
 /* HSI_CUDA_NO_CACHE=1 (read at every request): exact cudaMalloc and
- * cudaFree, nothing cached; unset, the cache again. */
+ * cudaFree, nothing cached; unset, the cache again. The caller's setting
+ * is put back after (the suites that follow run as asked). */
 static void test_allocator_no_cache(void)
 {
     hsi_cuda_mem_stats a, b;
     void *p = NULL;
+    char keep[64] = "";
+    if (getenv("HSI_CUDA_NO_CACHE")) snprintf(keep, sizeof keep, "%s", getenv("HSI_CUDA_NO_CACHE"));
     hsi_cuda_mem_get(&a);
     setenv("HSI_CUDA_NO_CACHE", "1", 1);
     HSI_CHECK_OK(hsi_cuda_malloc(&p, 3000));
@@ -257,12 +264,16 @@ static void test_allocator_no_cache(void)
     hsi_cuda_free(p);
     hsi_cuda_mem_get(&b);
     CU_ASSERT_EQUAL(b.cached_bytes, a.cached_bytes + 4096);
+    if (keep[0]) setenv("HSI_CUDA_NO_CACHE", keep, 1);
 }
 
 /* A block written on stream A and freed there, then handed to stream B
  * (the same block: no cudaMalloc) and read back on B: B waits for A's
  * work before the free, so the bytes are A's. Two host threads' worth of
- * streams on one thread, switched with hsi_cuda_set_stream. */
+ * streams on one thread, switched with hsi_cuda_set_stream. A's work is
+ * long (eight copies of zeros, then the pattern, all from page-locked
+ * memory, so each copy is queued, not staged by the host) and B's read
+ * short: without the wait B would read zeros. */
 static void test_allocator_streams(void)
 {
     const hsi_cuda_plugin *cu = NULL;
@@ -270,17 +281,21 @@ static void test_allocator_streams(void)
     void *sa = NULL, *sb = NULL;
     HSI_CHECK_OK(cu->stream_create(&sa));
     HSI_CHECK_OK(cu->stream_create(&sb));
-    const size_t n = (size_t)48 << 20; /* long enough for B to overtake A without the wait */
-    uint8_t *host = malloc(n), *back = malloc(n);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(host);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(back);
+    const size_t n = (size_t)48 << 20;
+    hsi_buffer *hb = NULL, *zb = NULL, *bb = NULL;
+    HSI_CHECK_OK(hsi_buffer_alloc(&hb, n, HSI_BUF_PINNED));
+    HSI_CHECK_OK(hsi_buffer_alloc(&zb, n, HSI_BUF_PINNED));
+    HSI_CHECK_OK(hsi_buffer_alloc(&bb, n, HSI_BUF_PINNED));
+    uint8_t *host = hb->data, *back = bb->data;
     for (size_t i = 0; i < n; i++) host[i] = (uint8_t)(i * 2654435761u >> 13);
-    memset(back, 0, n);
+    memset(zb->data, 0, n);
+    memset(back, 0xAB, n);
     void *prev = hsi_cuda_set_stream(sa);
     void *p = NULL, *q = NULL;
     HSI_CHECK_OK(hsi_cuda_malloc(&p, n));
+    for (int k = 0; k < 8; k++) HSI_CHECK_OK(cu->memcpy_async(p, zb->data, n, 0, sa));
     HSI_CHECK_OK(cu->memcpy_async(p, host, n, 0, sa));
-    hsi_cuda_free(p); /* A's copy may still be running */
+    hsi_cuda_free(p); /* A's copies are still running */
     hsi_cuda_mem_stats a, b;
     hsi_cuda_mem_get(&a);
     hsi_cuda_set_stream(sb);
@@ -297,8 +312,9 @@ static void test_allocator_streams(void)
     hsi_cuda_set_stream(prev);
     cu->stream_destroy(sa);
     cu->stream_destroy(sb);
-    free(host);
-    free(back);
+    hsi_buffer_release(hb);
+    hsi_buffer_release(zb);
+    hsi_buffer_release(bb);
 }
 
 /* A byte-swapped BIP u16 view, band-sliced: to the device as float32 and
