@@ -269,7 +269,7 @@ fixtures:
 PRIVATE_H := core/cuda_plugin.h core/dist_nccl.h kernels/cuda_internal.h kernels/kern_internal.h \
              pipeline/run_internal.h models/ops_kern.h models/tensor_impl.h \
              kernels/cuda_ops.h models/cuda_ops.h pipeline/cuda_ops.h kernels/tiles512.h \
-             kernels/fastdiv.h models/cuda_index.h
+             kernels/fastdiv.h kernels/tile_plan.h models/cuda_index.h
 PUBLIC_H  := $(filter-out $(PRIVATE_H),$(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.h))))
 INC       := $(DESTDIR)$(PREFIX)/include/hsi
 

@@ -223,10 +223,16 @@ static int scratch_give(void *p)
     return own;
 }
 
+/* the size classes and the scratch's rounding wrap near SIZE_MAX (where
+ * a negative count lands once cast): refused before any rounding */
+#define CU_SIZE_MAX (SIZE_MAX / 4)
+
 extern "C" hsi_status hsi_cuda_malloc(void **out, size_t size)
 {
     *out = NULL;
     HSI_CU_TRY(hsi_cuda_require("device allocation"));
+    if (size > CU_SIZE_MAX)
+        return hsi_fail(HSI_ERR_OVERFLOW, "device allocation of %zu bytes: a negative or overflowed size", size);
     return t_scr.on ? scratch_malloc(out, size) : hsi_cuda_malloc_cached(out, size);
 }
 
@@ -342,6 +348,8 @@ static size_t g_pin_cached;
 hsi_status hsi_cu_pinned_alloc(void **out, size_t n, const char *what)
 {
     *out = NULL;
+    if (n > CU_SIZE_MAX)
+        return hsi_fail(HSI_ERR_OVERFLOW, "%s: page-locked block of %zu bytes: a negative or overflowed size", what, n);
     cu_block b = {NULL, size_class(n ? n : 1), NULL, NULL};
     pthread_mutex_lock(&g_mem_lock);
     if (!no_cache())

@@ -7,6 +7,7 @@
 
 #include "core/threads.h"
 #include "kernels/cuda_internal.h"
+#include "kernels/tile_plan.h"
 
 static int64_t iabs64(int64_t v) { return v < 0 ? -v : v; }
 
@@ -16,42 +17,12 @@ int hsi_cu_tile_streams(void)
     return e && !strcmp(e, "1") ? 1 : 3;
 }
 
-/* Layout of a host cube: 1 = line axis outermost (BIL, BIP: a tile is one
- * contiguous span), 2 = band axis outermost (BSQ: one span per band),
- * 3 = anything else (negative strides, interleaved axes): packed copy. */
-static int host_mode(const hsi_view *c)
-{
-    int64_t es = (int64_t)hsi_dtype_size(c->dtype);
-    int64_t nb = c->shape[0], L = c->shape[1], S = c->shape[2];
-    int64_t sb = c->strides[0], sl = c->strides[1], ss = c->strides[2];
-    if (sb < 0 || sl < 0 || ss < 0) return 3;
-    if ((nb - 1) * sb + (S - 1) * ss + es <= sl || L == 1) return 1;
-    if ((L - 1) * sl + (S - 1) * ss + es <= sb) return 2;
-    return 3;
-}
-
 static int view_aligned(const void *base, const int64_t *strides, int64_t es)
 {
     if ((uintptr_t)base % (uintptr_t)es) return 0;
     for (int k = 0; k < 3; k++)
         if (iabs64(strides[k]) % es) return 0;
     return 1;
-}
-
-/* Bytes one tile of n lines needs on the device in `mode`. */
-static size_t tile_bytes(const hsi_view *c, int mode, int64_t n, int64_t *pitch)
-{
-    int64_t es = (int64_t)hsi_dtype_size(c->dtype);
-    int64_t nb = c->shape[0], S = c->shape[2];
-    int64_t sb = c->strides[0], sl = c->strides[1], ss = c->strides[2];
-    *pitch = 0;
-    if (mode == 1) return (size_t)((n - 1) * sl + (nb - 1) * sb + (S - 1) * ss + es);
-    if (mode == 2) {
-        int64_t w = (n - 1) * sl + (S - 1) * ss + es;
-        *pitch = (w + 15) / 16 * 16;
-        return (size_t)(*pitch * nb);
-    }
-    return (size_t)(nb * n * S * es);
 }
 
 hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile_lines)
@@ -72,26 +43,12 @@ hsi_status hsi_cu_tiler_init(hsi_cu_tiler *T, const hsi_view *cube, int64_t tile
         T->n_tiles = (L + T->tile_lines - 1) / T->tile_lines;
         return HSI_OK;
     }
-    T->mode = host_mode(cube);
-    if (T->mode == 2 && L > 1) {
-        /* lines are the fast axis (a column-major .mat cube): a tile's
-         * rows would span most of each band plane (one tile would be the
-         * whole cube, pinned and on the device); its lines are packed on
-         * the host instead, so tiles are capped by bytes like the others */
-        int64_t pitch, one = (int64_t)tile_bytes(cube, 2, 1, &pitch);
-        int64_t all = (int64_t)tile_bytes(cube, 2, L, &pitch);
-        if (one * 4 > all) T->mode = 3;
-    }
-    if (tile_lines <= 0) {
-        int64_t pitch, one = (int64_t)tile_bytes(cube, T->mode, 1, &pitch);
-        int64_t per = one > 0 ? one : 1;
-        tile_lines = ((int64_t)64 << 20) / per;
-        if (tile_lines < 1) tile_lines = 1;
-    }
-    if (tile_lines > L) tile_lines = L > 0 ? L : 1;
+    /* the copy mode and the lines per tile (kernels/tile_plan.h, tested on
+     * the CPU): a tile within 64 MiB, sparse spans packed on the host */
+    hsi_tile_plan(cube, tile_lines, &T->mode, &tile_lines);
     T->tile_lines = tile_lines;
     T->n_tiles = (L + tile_lines - 1) / tile_lines;
-    T->cap = tile_bytes(cube, T->mode, tile_lines, &T->pitch);
+    T->cap = (size_t)hsi_tile_bytes(cube, T->mode, tile_lines, &T->pitch);
     for (int s = 0; s < 2 && s < T->n_tiles; s++) {
         HSI_CU_TRY(hsi_cu_pinned_alloc((void **)&T->pinned[s], T->cap, "cube staging"));
         HSI_CU_TRY(hsi_cuda_malloc(&T->dev[s], T->cap));
@@ -187,7 +144,7 @@ hsi_status hsi_cu_tiler_load(hsi_cu_tiler *T, int slot, int64_t l0, int64_t l1,
     HSI_CU_RET(cudaEventSynchronize(T->copied[slot]), "cube staging: waiting for a copy");
     unsigned char *pin = T->pinned[slot];
     int64_t pitch = 0;
-    size_t bytes = tile_bytes(c, T->mode, n, &pitch);
+    size_t bytes = (size_t)hsi_tile_bytes(c, T->mode, n, &pitch);
     pack_job pj;
     memset(&pj, 0, sizeof pj);
     pj.mode = T->mode;

@@ -63,6 +63,8 @@ typedef struct dm_graph {
     int64_t launches;
 } dm_graph;
 
+#define DM_LREC 1024 /* training losses kept on the device between reads */
+
 struct hsi_dmodel {
     dm_layer *l;
     int nl;
@@ -76,6 +78,12 @@ struct hsi_dmodel {
     size_t ws_bytes;
     char conv_name[64];           /* hsi_dmodel_conv_name */
     float *prob, *loss;           /* (max_batch, classes); [loss, wsum] */
+    /* the training losses since the last hsi_dmodel_loss_mean: each step's
+     * copied on the device into the next slot of lrec (no host wait), its
+     * batch size in lrec_w; a full record is added into lsum, lsum_w */
+    float *lrec;
+    int64_t lrec_n, lsteps;
+    double lrec_w[DM_LREC], lsum, lsum_w;
     hsi_optim_config cfg;
     int64_t step, calls, last_n;
     uint64_t seed;
@@ -465,6 +473,7 @@ hsi_status hsi_dmodel_create(hsi_dmodel **out, hsi_module *m, int sample_ndim,
     snprintf(d->conv_name, sizeof d->conv_name, "gemm");
     HSI_TRY(dzeros(&d->prob, max_batch * d->classes));
     HSI_TRY(dzeros(&d->loss, 2));
+    HSI_TRY(dzeros(&d->lrec, DM_LREC));
     HSI_TRY(hsi_cuda_malloc((void **)&d->scal, sizeof *d->scal));
     HSI_TRY(hsi_cuda_memset(d->scal, 0, sizeof *d->scal));
     *out = d;
@@ -498,6 +507,7 @@ void hsi_dmodel_free(hsi_dmodel *d)
     hsi_cuda_free(d->ws);
     hsi_cuda_free(d->prob);
     hsi_cuda_free(d->loss);
+    hsi_cuda_free(d->lrec);
     free(d->act);
     free(d->dact);
     free(d->own_act);
@@ -787,6 +797,48 @@ cleanup:
     return st;
 }
 
+/* The record's losses added into the sums (waits for the stream) */
+static hsi_status loss_fold(hsi_dmodel *d)
+{
+    float v[DM_LREC];
+    if (d->lrec_n == 0) return HSI_OK;
+    hsi_status st = hsi_cuda_download(v, d->lrec, sizeof(float) * (size_t)d->lrec_n);
+    if (st != HSI_OK) return st;
+    for (int64_t i = 0; i < d->lrec_n; i++) {
+        d->lsum += d->lrec_w[i] * (double)v[i];
+        d->lsum_w += d->lrec_w[i];
+    }
+    d->lrec_n = 0;
+    return HSI_OK;
+}
+
+/* This step's loss (n samples) into the record: a device copy on the
+ * stream, after the step's launches (never inside a capture) */
+static hsi_status loss_record(hsi_dmodel *d, int64_t n)
+{
+    if (d->lrec_n == DM_LREC) {
+        hsi_status st = loss_fold(d);
+        if (st != HSI_OK) return st;
+    }
+    hsi_status st = hsi_cuda_copy(d->lrec + d->lrec_n, d->loss, sizeof(float));
+    if (st == HSI_OK) {
+        d->lrec_w[d->lrec_n++] = (double)n;
+        d->lsteps++;
+    }
+    return st;
+}
+
+hsi_status hsi_dmodel_loss_mean(hsi_dmodel *d, double *mean, int64_t *steps)
+{
+    hsi_status st = loss_fold(d);
+    if (st != HSI_OK) return st;
+    *mean = d->lsum_w > 0 ? d->lsum / d->lsum_w : NAN;
+    if (steps) *steps = d->lsteps;
+    d->lsum = d->lsum_w = 0;
+    d->lsteps = 0;
+    return HSI_OK;
+}
+
 hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int32_t *y, int64_t n)
 {
     hsi_status st = HSI_OK;
@@ -796,6 +848,7 @@ hsi_status hsi_dmodel_forward_backward(hsi_dmodel *d, const float *x, const int3
     HSI_TRY(set_scalars(d, d->step + 1));
     st = fb_launch(d, x, y, n);
     if (st == HSI_OK) count_forward(d, n);
+    if (st == HSI_OK) st = loss_record(d, n);
 cleanup:
     return st;
 }
@@ -947,6 +1000,7 @@ static hsi_status graph_call(hsi_dmodel *d, int training, const float *x, const 
         d->step++;
     }
     G->launches++;
+    if (training) HSI_TRY(loss_record(d, n));
 cleanup:
     return st;
 }
@@ -992,6 +1046,70 @@ static hsi_status download_grad(hsi_tensor *t, const float *dev)
         if (st != HSI_OK) return st;
     }
     return download(t->grad, dev);
+}
+
+/* o's index of parameter t (-1: none) */
+static int optim_index(const hsi_optim *o, const hsi_tensor *t)
+{
+    for (int j = 0; j < o->n; j++)
+        if (o->params[j].t == t) return j;
+    return -1;
+}
+
+/* One parameter's Adam moments between the arena (mo, v: n floats) and
+ * o's state tensors for t (to_host: allocated when absent; to the device:
+ * none yet means zero moments, as the arena's) */
+static hsi_status moments_copy(hsi_optim *o, const hsi_tensor *t, float *mo, float *v, int to_host)
+{
+    int j = optim_index(o, t);
+    if (j < 0) return HSI_FAIL(HSI_ERR_ARG, "device model: a parameter of the module is not in the optimiser");
+    const size_t bytes = sizeof(float) * (size_t)hsi_tensor_count(t);
+    for (int k = 0; k < 2; k++) {
+        hsi_tensor **s = k ? &o->state2[j] : &o->state1[j];
+        float *dev = k ? v : mo;
+        hsi_status st = HSI_OK;
+        if (to_host && !*s) st = hsi_tensor_new(s, HSI_F32, t->data.ndim, t->data.shape, 0);
+        if (st == HSI_OK && *s) st = packed_f32(*s, o->params[j].name);
+        if (st == HSI_OK && *s && hsi_tensor_count(*s) != hsi_tensor_count(t))
+            st = HSI_FAIL(HSI_ERR_ARG, "device model: the optimiser's state of %s has %lld values, "
+                                       "the parameter %lld", o->params[j].name,
+                          (long long)hsi_tensor_count(*s), (long long)hsi_tensor_count(t));
+        if (st == HSI_OK)
+            st = to_host ? hsi_cuda_download(hsi_tensor_ptr(*s), dev, bytes)
+                 : *s    ? hsi_cuda_upload(dev, hsi_tensor_ptr(*s), bytes)
+                         : hsi_cuda_memset(dev, 0, bytes);
+        if (st != HSI_OK) return st;
+    }
+    return HSI_OK;
+}
+
+hsi_status hsi_dmodel_optim_state(hsi_dmodel *d, const hsi_module *m, hsi_optim *o, int to_host)
+{
+    hsi_status st = HSI_OK;
+    hsi_layer *h = NULL;
+    int nh = 0;
+    if (o->cfg.kind != d->cfg.kind || !o->state1 || !o->state2)
+        return HSI_FAIL(HSI_ERR_ARG, "device model: the optimiser is not the model's %s",
+                        d->cfg.kind == HSI_OPT_ADAMW ? "AdamW" : "Adam");
+    st = hsi_module_layers(&h, &nh, (hsi_module *)m, d->sample_nd, d->sample_shape);
+    if (st != HSI_OK) return hsi_fail_context(st, "device model: the optimiser's state");
+    if (nh != d->nl) {
+        st = HSI_FAIL(HSI_ERR_ARG, "device model: the module has %d layers, the device model %d", nh,
+                      d->nl);
+        goto cleanup;
+    }
+    HSI_TRY(hsi_cuda_sync());
+    for (int i = 0; i < d->nl; i++) {
+        dm_layer *L = &d->l[i];
+        if (L->nw) HSI_TRY(moments_copy(o, h[i].mod->tensors[0].t, L->mw, L->vw, to_host));
+        if (L->nb) HSI_TRY(moments_copy(o, h[i].mod->tensors[1].t, L->mb, L->vb, to_host));
+    }
+    if (to_host) o->step = d->step;
+    else d->step = o->step; /* the next step's bias corrections follow (set_scalars) */
+    HSI_TRY(hsi_cuda_sync());
+cleanup:
+    free(h);
+    return st;
 }
 
 hsi_status hsi_dmodel_to_host(hsi_dmodel *d, hsi_module *m, int with_grads)

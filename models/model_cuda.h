@@ -102,6 +102,12 @@ hsi_status hsi_dmodel_set_graph(hsi_dmodel *d, int on);
 int64_t hsi_dmodel_graph_launches(const hsi_dmodel *d, int training);
 /* The last step's loss (waits for the stream: call it only when logging). */
 hsi_status hsi_dmodel_loss(hsi_dmodel *d, double *loss);
+/* The mean training loss, weighted by batch size, of the steps since the
+ * last call (NaN when there were none; not finite when a loss was not), and
+ * how many (steps may be NULL); starts the next count. Each step's loss is
+ * copied on the device as it runs, so the steps wait for nothing; this
+ * waits for the stream. The CPU trainer's epoch loss, on the device. */
+hsi_status hsi_dmodel_loss_mean(hsi_dmodel *d, double *mean, int64_t *steps);
 /* Eval-mode forward (running statistics, no dropout) of n samples; *logits:
  * (n, classes) device array owned by d, valid until the next call. Each
  * conv -> batch norm -> ReLU runs as one convolution with the batch norm
@@ -113,6 +119,14 @@ hsi_status hsi_dmodel_predict(hsi_dmodel *d, const float **logits, const float *
  * of the same architecture); with_grads: also the gradients into each
  * parameter's .grad (allocated when absent). Waits for the stream. */
 hsi_status hsi_dmodel_to_host(hsi_dmodel *d, hsi_module *m, int with_grads);
+/* The Adam moments and step count between d and o, an Adam/AdamW
+ * optimiser of module m (hsi_optim_new over the module d was made from, or
+ * one of the same architecture): to_host: d's into o's state tensors
+ * (allocated when absent), so that hsi_train_save checkpoints a device run
+ * as it does a CPU one; else o's into d (a parameter o has not stepped yet
+ * gets zero moments), to resume. The parameters themselves go with
+ * hsi_dmodel_to_host / hsi_dmodel_create. Waits for the stream. */
+hsi_status hsi_dmodel_optim_state(hsi_dmodel *d, const hsi_module *m, hsi_optim *o, int to_host);
 /* Optimiser steps taken, classes (output features). */
 int64_t hsi_dmodel_steps(const hsi_dmodel *d);
 int hsi_dmodel_classes(const hsi_dmodel *d);

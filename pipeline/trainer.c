@@ -107,7 +107,7 @@ struct hsi_trainer {
     int on_gpu, have_val, first_epoch, epoch, best_epoch, since_best, stop, finished;
     /* the epoch in progress (hsi_trainer_step) */
     int in_epoch;
-    double ep_t0, ep_loss_sum;
+    double ep_t0, ep_loss_sum, ep_wait; /* ep_wait: the loader's, GPU */
     int64_t ep_correct, ep_seen;
     double best_val, t_start, t_train;
     hsi_step_times pa;
@@ -307,7 +307,7 @@ static hsi_status step_cpu(hsi_trainer *t, const hsi_batch *b, const hsi_ce_opts
     if (!isfinite(l))
         return HSI_FAIL(HSI_ERR_NUMERIC,
                         "training diverged: loss is %g at epoch %lld batch %lld (lower --lr?)", l,
-                        (long long)b->epoch, (long long)b->index);
+                        (long long)b->epoch + 1, (long long)b->index);
     t->ep_loss_sum += l * (double)b->n;
     t->ep_correct += hsi_run_count_correct(hsi_tensor_ptr(logits), b->n, logits->data.shape[1], b->y);
     t->ep_seen += b->n;
@@ -395,10 +395,10 @@ static hsi_status check_config(hsi_train_config *c)
     /* the GPU's own options against the device asked for: with auto
      * becoming the CPU they go unused, as predict's do */
     if (hsi_train_device_options(c, dev) != HSI_OK) return HSI_ERR_ARG;
-    /* auto: the GPU when one is there and the run can use it (one rank, not
-     * resumed), else the CPU; the run records what was chosen */
+    /* auto: the GPU when one is there and the run can use it (one rank),
+     * else the CPU; the run records what was chosen */
     if (dev == HSI_DEVICE_AUTO)
-        dev = !(c->ddp || c->deterministic || c->bn_sync || ranks > 1 || c->resume) &&
+        dev = !(c->ddp || c->deterministic || c->bn_sync || ranks > 1) &&
                       hsi_cuda_device_count() > 0 ? HSI_DEVICE_CUDA : HSI_DEVICE_CPU;
     c->device = hsi_device_name(dev);
     if (c->ddp || c->deterministic || c->bn_sync || ranks > 1) { /* the data-parallel path */
@@ -414,10 +414,6 @@ static hsi_status check_config(hsi_train_config *c)
     }
     if (hsi_conv_option(c->conv, dev, NULL, NULL) != HSI_OK) return HSI_ERR_ARG;
     if (!strcasecmp(c->device, "cuda")) {
-        if (c->resume)
-            return HSI_FAIL(HSI_ERR_UNSUPPORTED,
-                            "--resume with --device cuda: the optimiser state lives on the device "
-                            "and is not checkpointed yet; resume with --device cpu");
         /* the plugin's reason (dlerror, or the CUDA runtime's text) when there is no device */
         hsi_status st = hsi_cuda_require("--device cuda");
         if (st != HSI_OK) return st;
@@ -973,9 +969,12 @@ static hsi_status build_model(hsi_trainer *t)
         HSI_TRY(hsi_dmodel_create(&t->dm, r->net, nd - 1, ishape + 1, c->batch, &t->oc, c->seed));
         HSI_TRY(hsi_dmodel_set_conv(t->dm, t->gconv));
         HSI_TRY(hsi_dmodel_set_graph(t->dm, c->cuda_graph));
+        /* resumed: the checkpoint's Adam moments and step count (a run of
+         * either device: the state is the same) */
+        if (t->first_epoch > 0) HSI_TRY(hsi_dmodel_optim_state(t->dm, r->net, t->opt, 0));
         HSI_TRY(hsi_gpu_classifier_init(&t->gq, r, t->dm, c->batch, t->gconv));
         info(t, "device: CUDA, convolutions by %s%s (batches copied on the loader's stream; "
-                "validation and the map on the device, checkpoints on the host)\n",
+                "validation and the map on the device; each epoch's checkpoint copied to the host)\n",
              hsi_dmodel_conv_name(t->dm), c->cuda_graph ? ", full batches as one CUDA Graph" : "");
     }
     HSI_TRY(hsi_graph_new(&t->g));
@@ -1146,8 +1145,15 @@ static hsi_status end_epoch(hsi_trainer *t)
     const int64_t n_seen = t->ep_seen;
     double loss = 0, acc = 0;
     if (t->on_gpu) {
-        HSI_TRY(hsi_dmodel_loss(t->dm, &loss)); /* the last step's, waits for the stream */
-        t->pa.forward += hsi_now() - t->ep_t0;   /* forward+backward+update are not separated on the device */
+        /* the epoch's mean, as the CPU's (waits for the stream) */
+        HSI_TRY(hsi_dmodel_loss_mean(t->dm, &loss, NULL));
+        /* forward+backward+update are not separated on the device */
+        t->pa.forward += hsi_now() - t->ep_t0 - t->ep_wait;
+        if (n_seen && !isfinite(loss)) {
+            st = HSI_FAIL(HSI_ERR_NUMERIC, "training diverged: the mean loss of epoch %d is %g "
+                                           "(lower --lr?)", epoch + 1, loss);
+            goto cleanup;
+        }
         HSI_TRY(hsi_dmodel_to_host(t->dm, t->run.net, 0)); /* the checkpoints (validation: on the device) */
         acc = NAN;
     } else {
@@ -1209,7 +1215,10 @@ static hsi_status end_epoch(hsi_trainer *t)
     }
     if (t->writer)
         HSI_TRY(history_write(t, epoch + 1, loss, acc, t->have_val ? val_oa : NAN, val_loss, lr_now, sps, dt));
-    if (!t->on_gpu && t->writer) {
+    if (t->writer) {
+        /* a device run's Adam moments into the optimiser's state: the
+         * checkpoint is the CPU's, and resumes on either device */
+        if (t->on_gpu) HSI_TRY(hsi_dmodel_optim_state(t->dm, t->run.net, t->opt, 1));
         cJSON *rj = cJSON_CreateObject();
         cJSON_AddNumberToObject(rj, "best_val", t->best_val);
         cJSON_AddNumberToObject(rj, "best_epoch", t->best_epoch);
@@ -1244,7 +1253,7 @@ hsi_status hsi_trainer_step(hsi_trainer *t, int *epoch_done, int *done)
     if (!t->in_epoch) {
         t->in_epoch = 1;
         t->ep_t0 = hsi_now();
-        t->ep_loss_sum = 0;
+        t->ep_loss_sum = t->ep_wait = 0;
         t->ep_correct = t->ep_seen = 0;
         if (t->on_gpu) hsi_dmodel_set_lr(t->dm, t->opt->cfg.lr);
         else hsi_module_train(t->run.net, 1);
@@ -1262,6 +1271,7 @@ hsi_status hsi_trainer_step(hsi_trainer *t, int *epoch_done, int *done)
             }
             HSI_TRY(hsi_dmodel_train_step(t->dm, x, b->y_dev, b->n));
             t->ep_seen += b->n;
+            t->ep_wait += b->wait_s;
         } else {
             hsi_ce_opts ce;
             hsi_ce_opts_default(&ce);

@@ -210,6 +210,9 @@ static void test_allocator(void)
 {
     hsi_cuda_mem_stats a, b;
     void *p = NULL, *q = NULL;
+    /* a negative size cast to size_t: refused, not rounded to 0 */
+    CU_ASSERT_EQUAL(hsi_cuda_malloc(&p, sizeof(float) * (size_t)(int64_t)-1), HSI_ERR_OVERFLOW);
+    CU_ASSERT_PTR_NULL(p);
     if (!cache_on()) { /* nothing cached to test (test_allocator_no_cache's case) */
         CU_PASS("HSI_CUDA_NO_CACHE set: no cache");
         return;
@@ -1376,6 +1379,7 @@ static void graph_parity(const char *name, int bands, int patch, int classes, in
     }
     HSI_CHECK_OK(hsi_dmodel_set_graph(d[1], 1));
     hsi_cuda_mem_stats m0, m1;
+    double wsum = 0, lsum = 0; /* the steps' losses weighted by batch size, for loss_mean */
     for (int s = 0; s < 8; s++) {
         int64_t n = s == 3 ? batch - 1 : batch;
         for (int v = 0; v < 2; v++) {
@@ -1398,6 +1402,19 @@ static void graph_parity(const char *name, int bands, int patch, int classes, in
             CU_FAIL("graph step: another loss");
             fprintf(stderr, "\n  %s step %d: loss %.9g one by one, %.9g as a graph\n", name, s, l[0], l[1]);
         }
+        lsum += (double)n * l[0], wsum += (double)n;
+    }
+    /* the mean loss recorded on the device, both ways: the same sums in the
+     * same order as here; then a new count */
+    for (int v = 0; v < 2; v++) {
+        double mean = 0;
+        int64_t k = 0;
+        HSI_CHECK_OK(hsi_dmodel_loss_mean(d[v], &mean, &k));
+        CU_ASSERT_EQUAL(k, 8);
+        CU_ASSERT_DOUBLE_EQUAL(mean, lsum / wsum, 0);
+        HSI_CHECK_OK(hsi_dmodel_loss_mean(d[v], &mean, &k));
+        CU_ASSERT_EQUAL(k, 0);
+        CU_ASSERT(isnan(mean));
     }
     /* steps 0 and 6 measure, 1 and 7 capture; 3 is short */
     CU_ASSERT_EQUAL(hsi_dmodel_graph_launches(d[1], 1), 5);
@@ -1611,6 +1628,108 @@ static void test_threads_streams(void)
     free(hx);
 }
 
+/* The device's Adam state to a CPU optimiser and back (hsi_dmodel_optim_state,
+ * what a GPU run's checkpoint and --resume use). After one step from zero
+ * moments, AdamW's are m = (1 - beta1) g and v = (1 - beta2) g^2 of that
+ * step's gradient g (to 1e-6: the device may contract into a fused
+ * multiply-add): each moment in its own parameter's slot. Then a model made
+ * from the saved parameters and given the saved state steps on as the
+ * first does: the same losses and parameters, bit for bit. */
+static void test_optim_state(void)
+{
+    rng_seed(37);
+    const int batch = 8, bands = 6, patch = 7, classes = 4;
+    hsi_module *m = NULL, *m1 = NULL;
+    hsi_optim *o = NULL;
+    hsi_dmodel *d[2] = {NULL, NULL};
+    hsi_optim_config cfg;
+    hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
+    HSI_CHECK_OK(hsi_model_create(&m, "cnn2d", bands, patch, classes, HSI_F32, 5));
+    HSI_CHECK_OK(hsi_model_create(&m1, "cnn2d", bands, patch, classes, HSI_F32, 6));
+    set_dropout(m, 0);
+    set_dropout(m1, 0);
+    int64_t xs[5], nx = 1;
+    int nd = hsi_model_input_shape("cnn2d", batch, bands, patch, xs);
+    for (int i = 0; i < nd; i++) nx *= xs[i];
+    float *hx = malloc(sizeof(float) * (size_t)nx);
+    int32_t hy[8];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hx);
+    fill_uniform(hx, nx, -1, 1);
+    for (int i = 0; i < batch; i++) hy[i] = (i * 3) % classes;
+    float *gx = dev_f32(hx, nx);
+    int32_t *gy = dev_bytes(hy, sizeof hy);
+    HSI_CHECK_OK(hsi_dmodel_create(&d[0], m, nd - 1, xs + 1, batch, &cfg, 9));
+    HSI_CHECK_OK(hsi_optim_new(&o, &cfg, m));
+    HSI_CHECK_OK(hsi_dmodel_train_step(d[0], gx, gy, batch));
+    HSI_CHECK_OK(hsi_dmodel_to_host(d[0], m, 1));
+    HSI_CHECK_OK(hsi_dmodel_optim_state(d[0], m, o, 1));
+    CU_ASSERT_EQUAL(o->step, 1);
+    for (int j = 0; j < o->n; j++) {
+        const hsi_tensor *p = o->params[j].t;
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p->grad);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(o->state1[j]);
+        const float *g = hsi_tensor_ptr(p->grad), *m1p = hsi_tensor_ptr(o->state1[j]),
+                    *v1p = hsi_tensor_ptr(o->state2[j]);
+        int bad = 0;
+        for (int64_t i = 0; i < hsi_tensor_count(p); i++) {
+            double wm = (1 - cfg.beta1) * g[i], wv = (1 - cfg.beta2) * (double)g[i] * g[i];
+            bad += fabs(m1p[i] - wm) > 1e-6 * fabs(wm) + 1e-30 || fabs(v1p[i] - wv) > 1e-6 * wv + 1e-30;
+        }
+        if (bad) {
+            CU_FAIL("Adam moments to the host: not those of the first step");
+            fprintf(stderr, "\n  %s: %d values\n", o->params[j].name, bad);
+        }
+    }
+    /* one more step, then the state saved and a second model made from it */
+    HSI_CHECK_OK(hsi_dmodel_train_step(d[0], gx, gy, batch));
+    HSI_CHECK_OK(hsi_dmodel_to_host(d[0], m, 0));
+    HSI_CHECK_OK(hsi_dmodel_optim_state(d[0], m, o, 1));
+    CU_ASSERT_EQUAL(o->step, 2);
+    HSI_CHECK_OK(hsi_dmodel_create(&d[1], m, nd - 1, xs + 1, batch, &cfg, 9));
+    HSI_CHECK_OK(hsi_dmodel_optim_state(d[1], m, o, 0));
+    CU_ASSERT_EQUAL(hsi_dmodel_steps(d[1]), 2);
+    for (int s = 0; s < 3; s++) {
+        double l[2] = {0, 1};
+        for (int v = 0; v < 2; v++) {
+            HSI_CHECK_OK(hsi_dmodel_train_step(d[v], gx, gy, batch));
+            HSI_CHECK_OK(hsi_dmodel_loss(d[v], &l[v]));
+        }
+        CU_ASSERT_EQUAL(l[0], l[1]);
+    }
+    HSI_CHECK_OK(hsi_dmodel_to_host(d[0], m, 0));
+    HSI_CHECK_OK(hsi_dmodel_to_host(d[1], m1, 0));
+    hsi_named_tensor *st[2] = {NULL, NULL};
+    int ns[2] = {0, 0};
+    HSI_CHECK_OK(hsi_module_state(m, &st[0], &ns[0]));
+    HSI_CHECK_OK(hsi_module_state(m1, &st[1], &ns[1]));
+    CU_ASSERT_EQUAL_FATAL(ns[0], ns[1]);
+    for (int k = 0; k < ns[0]; k++) {
+        const hsi_tensor *a = st[0][k].t, *b = st[1][k].t;
+        size_t bytes = hsi_dtype_size(a->data.dtype) * (size_t)hsi_tensor_count(a);
+        if (memcmp(hsi_tensor_ptr((hsi_tensor *)a), hsi_tensor_ptr((hsi_tensor *)b), bytes) != 0) {
+            CU_FAIL("resumed from the saved state: another tensor");
+            fprintf(stderr, "\n  %s differs\n", st[0][k].name);
+        }
+    }
+    /* another optimiser kind is refused, naming the model's */
+    hsi_optim *sgd = NULL;
+    hsi_optim_config sc;
+    hsi_optim_config_default(&sc, HSI_OPT_SGD);
+    HSI_CHECK_OK(hsi_optim_new(&sgd, &sc, m));
+    CU_ASSERT_EQUAL(hsi_dmodel_optim_state(d[0], m, sgd, 1), HSI_ERR_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "AdamW"));
+    hsi_optim_free(sgd);
+    free(st[0]);
+    free(st[1]);
+    for (int v = 0; v < 2; v++) hsi_dmodel_free(d[v]);
+    hsi_optim_free(o);
+    hsi_module_free(m);
+    hsi_module_free(m1);
+    hsi_cuda_free(gx);
+    hsi_cuda_free(gy);
+    free(hx);
+}
+
 static void test_graph_cnn2d(void) { rng_seed(34); graph_parity("cnn2d", 6, 7, 4, 10); }
 static void test_graph_hybridsn(void) { rng_seed(35); graph_parity("hybridsn", 16, 9, 5, 6); }
 
@@ -1644,6 +1763,7 @@ HSI_SUITE(cuda_model, HSI_SUITE_NEEDS_CUDA, {"cnn2d step vs the CPU engine", tes
           {"hybridsn step vs the CPU engine", test_model_hybridsn},
           {"cnn1d step vs the CPU engine", test_model_cnn1d},
           {"a float64 model refused, not copied as float32", test_model_f64_refused},
+          {"Adam state to a CPU optimiser and back: resumes bit for bit", test_optim_state},
           {"cnn2d steps as a CUDA Graph: the same bits", test_graph_cnn2d},
           {"hybridsn steps as a CUDA Graph: the same bits", test_graph_hybridsn},
           {"two threads on their own streams: the same bits as alone", test_threads_streams})

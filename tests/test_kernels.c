@@ -10,6 +10,7 @@
 #include "io/meta.h"
 #include "kernels/bands.h"
 #include "kernels/fastdiv.h"
+#include "kernels/tile_plan.h"
 #include "kernels/fused.h"
 #include "kernels/kern_internal.h"
 #include "kernels/normalize.h"
@@ -1403,7 +1404,83 @@ static void test_fastdiv(void)
     CU_ASSERT_TRUE(checked > 800000);
 }
 
+/* A (b, l, s) uint16 view with these byte strides (no buffer: the plan
+ * reads shapes and strides only). */
+static hsi_view plan_view(int64_t nb, int64_t L, int64_t S, int64_t sb, int64_t sl, int64_t ss)
+{
+    hsi_view v;
+    memset(&v, 0, sizeof v);
+    v.dtype = HSI_U16;
+    v.ndim = 3;
+    v.shape[0] = nb, v.shape[1] = L, v.shape[2] = S;
+    v.strides[0] = sb, v.strides[1] = sl, v.strides[2] = ss;
+    return v;
+}
+
+/* kernels/tile_plan.h: how each host layout goes to the GPU. Each plan's
+ * tile fits 64 MiB (or is one line), and one more line would not fit; a
+ * span's bytes (modes 1 and 2) are checked against the farthest element
+ * of the tile found by walking its corners; cropped views whose spans are
+ * mostly other bytes are packed on the host (mode 3): one band of a BIL
+ * cube at 224 bands took 854 MiB a tile for 2000 lines of 1000 samples
+ * before, and 4.2 GiB for 10000. */
+static void test_tile_plan(void)
+{
+    const int64_t nb = 224, L = 10000, S = 1000, e = 2, cap = HSI_TILE_CAP;
+    struct {
+        const char *name;
+        hsi_view v;
+        int mode;
+    } cases[] = {
+        {"BSQ", plan_view(nb, L, S, L * S * e, S * e, e), 2},
+        {"BIL", plan_view(nb, L, S, S * e, nb * S * e, e), 1},
+        {"BIP", plan_view(nb, L, S, e, nb * S * e, nb * e), 1},
+        {"BIL, half the bands", plan_view(nb / 2, L, S, S * e, nb * S * e, e), 1},
+        {"BIL, one band", plan_view(1, L, S, S * e, nb * S * e, e), 3},
+        {"BIP, 10 samples", plan_view(nb, L, 10, e, nb * S * e, nb * e), 3},
+        {"BSQ, 10 samples", plan_view(nb, L, 10, L * S * e, S * e, e), 3},
+        {"column-major (.mat)", plan_view(nb, L, S, L * S * e, e, L * e), 3},
+        {"lines reversed", plan_view(nb, L, S, S * e, -nb * S * e, e), 3},
+        {"one line over the cap", plan_view(nb, 4, 200000, 200000 * e, nb * 200000 * e, e), 1},
+        {"one line", plan_view(nb, 1, S, S * e, nb * S * e, e), 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const hsi_view *v = &cases[k].v;
+        int mode = -1;
+        int64_t lines = 0, pitch, pitch1;
+        hsi_tile_plan(v, 0, &mode, &lines);
+        int64_t bytes = hsi_tile_bytes(v, mode, lines, &pitch);
+        int64_t more = lines < v->shape[1] ? hsi_tile_bytes(v, mode, lines + 1, &pitch1) : 0;
+        int bad = mode != cases[k].mode || lines < 1 || lines > v->shape[1] || (lines > 1 && bytes > cap) ||
+                  (lines < v->shape[1] && more <= cap);
+        if (mode == 1 || mode == 2) { /* the span against the tile's farthest element */
+            int64_t far = 0;
+            for (int c = 0; c < 8; c++) {
+                int64_t o = ((c & 1) ? v->shape[0] - 1 : 0) * v->strides[0] +
+                            ((c & 2) ? lines - 1 : 0) * v->strides[1] + ((c & 4) ? v->shape[2] - 1 : 0) * v->strides[2];
+                far = o > far ? o : far;
+            }
+            if (mode == 1) bad |= bytes != far + e;
+            else bad |= pitch * v->shape[0] != bytes || pitch < far - (v->shape[0] - 1) * v->strides[0] + e;
+        }
+        if (mode == 3) bad |= bytes != v->shape[0] * lines * v->shape[2] * e;
+        if (bad) {
+            CU_FAIL("tile plan");
+            fprintf(stderr, "\n  %s: mode %d (want %d), %lld lines, %lld bytes a tile, %lld with one more\n",
+                    cases[k].name, mode, cases[k].mode, (long long)lines, (long long)bytes, (long long)more);
+        }
+    }
+    /* lines asked for: kept, at most the cube's */
+    int mode;
+    int64_t lines;
+    hsi_tile_plan(&cases[0].v, 7, &mode, &lines);
+    CU_ASSERT_EQUAL(lines, 7);
+    hsi_tile_plan(&cases[0].v, 2 * L, &mode, &lines);
+    CU_ASSERT_EQUAL(lines, L);
+}
+
 HSI_SUITE(kernels_fastdiv, 0, {"fastdiv = the hardware divide (n, d < 2^31)", test_fastdiv})
+HSI_SUITE(kernels_tile_plan, 0, {"GPU tile plan: modes, 64 MiB tiles, sparse spans packed", test_tile_plan})
 HSI_SUITE(kernels_stats, 0, {"stats: 3 dtypes x 3 interleaves x 2 byte orders x 1-3 threads", test_stats_layouts},
           {"stats: naive reference path", test_stats_reference_path},
           {"stats: 16-bit rows of 1 to 1000 values, extremes in every lane, vs the reference",
