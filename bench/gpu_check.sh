@@ -13,12 +13,12 @@
 #                    only for arrays of 2^31 elements or more) and
 #                    HSI_CUDA_CONV_CHUNK=3 (the gemm convolutions in chunks
 #                    of 3 samples, else one chunk per 256 MiB; 20 s of it)
-#   commands   45 s  hsi's own commands with --device cpu and --device cuda on
+#   commands   55 s  hsi's own commands with --device cpu and --device cuda on
 #                    data_samples/ (stats, preprocess, train, predict, bench
 #                    model), then train --conv gemm as usual, with
-#                    --cuda-graph and with --host-patches, and predict
-#                    --cuda-graph, compared by
-#                    bench/gpu_commands.py
+#                    --cuda-graph and with --host-patches, predict
+#                    --cuda-graph, and 3 epochs against 2 then --resume to 3
+#                    (constant rate), compared by bench/gpu_commands.py
 #   salinas_a  60 s  `hsi train` end to end on Salinas-A (the .mat cube and
 #                    ground truth bench/gpu_prepare.sh packed into
 #                    build/gpu/run/data/salinas_a, else those of
@@ -28,7 +28,7 @@
 #                    --device cuda and --device cpu (all cores): each run's
 #                    test OA, and `gpu_commands.py --salinas`: ok when the
 #                    means differ by at most max(2 x the larger seed std, 0.02)
-#   memcheck   75 s  compute-sanitizer memcheck on the CUDA suites, cuda_fused
+#   memcheck   65 s  compute-sanitizer memcheck on the CUDA suites, cuda_fused
 #                    included, and the loader's (pipeline_loader_cuda), with
 #                    HSI_CUDA_NO_CACHE=1 (exact cudaMalloc/cudaFree: overruns
 #                    and uses after free are seen); cuda_model (CUDA Graphs,
@@ -92,8 +92,8 @@ mkdir -p "$O" || exit 2
 RES=$O/results.jsonl
 MODE=${HSI_GPU_CHECK_MODE:-auto}
 TOTAL=${HSI_GPU_CHECK_TOTAL_S:-476} # the deadline: the budgets (470 s) plus a few seconds for the script itself
-declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=75 [commands]=45 [salinas_a]=60
-                   [memcheck]=75 [racecheck]=25 [gpu_bench]=80 [profile]=30 [torch]=55
+declare -A BUDGET=([binaries]=10 [build]=200 [probe]=15 [tests]=75 [commands]=55 [salinas_a]=60
+                   [memcheck]=65 [racecheck]=25 [gpu_bench]=80 [profile]=30 [torch]=55
                    [tests_wide]=20) # tests_wide: the last 20 s of the tests stage's 75
 T0=$(date +%s)
 # the environment as it was started: what PyTorch gets
@@ -574,7 +574,10 @@ if needs_device commands; then
     for c in "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm --epochs 3 --val 0.2 --batch 20 --device cuda --conv gemm --quiet" \
              "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm_graph --epochs 3 --val 0.2 --batch 20 --device cuda --conv gemm --cuda-graph --quiet" \
              "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm_host --epochs 3 --val 0.2 --batch 20 --device cuda --conv gemm --host-patches --quiet" \
-             "predict $C/run_cpu data_samples/scene.hdr $C/map_cuda_graph.hdr --device cuda --cuda-graph --quiet"; do
+             "predict $C/run_cpu data_samples/scene.hdr $C/map_cuda_graph.hdr --device cuda --cuda-graph --quiet" \
+             "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm_3 --epochs 3 --schedule constant --device cuda --conv gemm --quiet" \
+             "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm_resume --epochs 2 --schedule constant --device cuda --conv gemm --quiet" \
+             "train data_samples/scene.hdr data_samples/scene_gt.hdr --out $C/run_gemm_resume --epochs 3 --schedule constant --device cuda --conv gemm --resume --quiet"; do
         l=$(( BUDGET[commands] - ($(now) - t) - 2 ))
         [ $l -lt 2 ] && { echo "   (out of time before: $c)"; break; }
         timeout -k 1 $l "${HSI_ENV[@]}" bash -c "$HSI_CMD $c" >> "$O/commands.log" 2>&1 ||

@@ -105,8 +105,9 @@ def main():
             ok = len(a) == len(b) and same >= 0.999
             emit({"compare": name, "bytes": len(a), "fraction_equal": same}, ok,
                  "%s: %.4f of the map equal" % (label, same))
-    for other, what in (("graph", "--cuda-graph"), ("host", "--host-patches")):
-        x, y = "run_gemm/model.safetensors", "run_gemm_%s/model.safetensors" % other
+    for ref, other, what in (("gemm", "graph", "--cuda-graph"), ("gemm", "host", "--host-patches"),
+                             ("gemm_3", "resume", "2 epochs, then --resume to 3")):
+        x, y = "run_%s/model.safetensors" % ref, "run_gemm_%s/model.safetensors" % other
         if have(x, y):
             a, b = two(x, y)
             emit({"compare": "train_gemm_vs_" + other, "bytes": len(a), "identical": a == b}, a == b,

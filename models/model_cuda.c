@@ -1105,7 +1105,8 @@ hsi_status hsi_dmodel_optim_state(hsi_dmodel *d, const hsi_module *m, hsi_optim 
         if (L->nb) HSI_TRY(moments_copy(o, h[i].mod->tensors[1].t, L->mb, L->vb, to_host));
     }
     if (to_host) o->step = d->step;
-    else d->step = o->step; /* the next step's bias corrections follow (set_scalars) */
+    else /* the next step's bias corrections and dropout key follow (set_scalars) */
+        d->step = d->calls = o->step;
     HSI_TRY(hsi_cuda_sync());
 cleanup:
     free(h);

@@ -124,7 +124,8 @@ hsi_status hsi_dmodel_to_host(hsi_dmodel *d, hsi_module *m, int with_grads);
  * one of the same architecture): to_host: d's into o's state tensors
  * (allocated when absent), so that hsi_train_save checkpoints a device run
  * as it does a CPU one; else o's into d (a parameter o has not stepped yet
- * gets zero moments), to resume. The parameters themselves go with
+ * gets zero moments), to resume: the dropout keys go on from the step
+ * count too, as one run's would. The parameters themselves go with
  * hsi_dmodel_to_host / hsi_dmodel_create. Waits for the stream. */
 hsi_status hsi_dmodel_optim_state(hsi_dmodel *d, const hsi_module *m, hsi_optim *o, int to_host);
 /* Optimiser steps taken, classes (output features). */
