@@ -33,7 +33,10 @@ hsi_status hsi_cuda_require(const char *what);
 /* The stream every launcher of this thread issues its work on (a
  * cudaStream_t; NULL = the legacy default stream, the initial value).
  * Thread-local. Launchers never synchronise the device; results are ready
- * in stream order. Returns the previous one. */
+ * in stream order. Returns the previous one. A thread's cuBLAS calls share
+ * one workspace (the same memory measured and captured in a CUDA Graph):
+ * switch streams once the work queued on the previous one is done
+ * (hsi_cuda_sync), as hsi itself does, or two GEMMs may share it at once. */
 void *hsi_cuda_set_stream(void *stream);
 void *hsi_cuda_stream(void);
 /* Waits for this thread's stream; HSI_ERR_CUDA names the first
