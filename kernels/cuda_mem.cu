@@ -16,15 +16,11 @@ extern "C" hsi_status hsi_cuda_require(const char *what) { return hsi_cu_require
 /* This thread's stream lives in libhsi (kernels/cuda_stub.c): setting it
  * loads nothing; hsi_cuda_stream() is resolved from there. */
 static __thread cublasHandle_t t_cublas = NULL;
-/* The handle's own workspace, for the calls recorded into a CUDA Graph:
- * cuBLAS then allocates nothing during a capture. Set only while this
- * thread's stream is capturing (cublasSetStream puts the handle back on
- * cuBLAS's own pool, one per stream, for every other call, so calls
- * queued on two streams never share it; a thread's graphs run in its
- * stream's order). Made with the handle, before any capture (a capture
- * always follows an uncaptured call of the same work). 32 MiB: cuBLAS's
- * size for Hopper (4 MiB before it). Kept for the thread's life, as the
- * handle is. */
+/* The handle's own workspace, set again after every cublasSetStream (which
+ * puts the handle back on cuBLAS's pool): cuBLAS then allocates nothing
+ * while a CUDA Graph is captured, and a step's measuring call and its
+ * capture use the same memory. 32 MiB: cuBLAS's size for Hopper (4 MiB
+ * before it). Kept for the thread's life, as the handle is. */
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
 static __thread void *t_cublas_ws = NULL;
 
@@ -40,11 +36,8 @@ hsi_status hsi_cu_cublas(cublasHandle_t *out, const char *what)
     if (!t_cublas) HSI_CUBLAS_RET(cublasCreate(&t_cublas), what);
     if (!t_cublas_ws) HSI_CU_RET(cudaMalloc(&t_cublas_ws, CUBLAS_WS_BYTES), what);
     /* the handle follows this thread's current stream */
-    cudaStream_t s = hsi_cu_stream();
-    HSI_CUBLAS_RET(cublasSetStream(t_cublas, s), what);
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(s, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive)
-        HSI_CUBLAS_RET(cublasSetWorkspace(t_cublas, t_cublas_ws, CUBLAS_WS_BYTES), what);
+    HSI_CUBLAS_RET(cublasSetStream(t_cublas, hsi_cu_stream()), what);
+    HSI_CUBLAS_RET(cublasSetWorkspace(t_cublas, t_cublas_ws, CUBLAS_WS_BYTES), what);
     *out = t_cublas;
     return HSI_OK;
 }
