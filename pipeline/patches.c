@@ -191,6 +191,15 @@ static hsi_status check_pixel(const hsi_patcher *p, int64_t i, int64_t pixel)
                     (long long)p->n_samples);
 }
 
+hsi_status hsi_patches_check(const hsi_patcher *p, const int64_t *pixels, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        hsi_status st = check_pixel(p, i, pixels[i]);
+        if (st != HSI_OK) return st;
+    }
+    return HSI_OK;
+}
+
 hsi_status hsi_patches_extract(const hsi_patcher *p, float *out, const int64_t *pixels, int64_t n,
                                int augment, uint64_t seed)
 {
@@ -201,10 +210,8 @@ hsi_status hsi_patches_extract(const hsi_patcher *p, float *out, const int64_t *
     if (d == HSI_DEVICE_CUDA)
         return hsi_patches_extract_cuda(out, &p->cube, p->patch, p->pad, &p->aug, pixels, n, augment,
                                         seed);
-    for (int64_t i = 0; i < n; i++) {
-        hsi_status st = check_pixel(p, i, pixels[i]);
-        if (st != HSI_OK) return st;
-    }
+    hsi_status st = hsi_patches_check(p, pixels, n);
+    if (st != HSI_OK) return st;
     for (int64_t i = 0; i < n; i++)
         sample_into(p, out + i * per, pixels[i], augment, hsi_patch_sample_seed(seed, i));
     return HSI_OK;

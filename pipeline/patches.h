@@ -72,6 +72,10 @@ uint64_t hsi_patch_sample_seed(uint64_t batch_seed, int64_t i);
  * a pixel outside the scene gives a NaN patch instead of an error). */
 hsi_status hsi_patches_extract(const hsi_patcher *p, float *out, const int64_t *pixels, int64_t n,
                                int augment, uint64_t seed);
+/* HSI_OK when every one of the n HOST pixel indices is in p's scene, else
+ * HSI_ERR_ARG naming the first that is not (the check the host extraction
+ * makes; callers of the device extraction make it before the upload). */
+hsi_status hsi_patches_check(const hsi_patcher *p, const int64_t *pixels, int64_t n);
 
 /* The standard fill callback of the loader: ctx is a hsi_patch_dataset;
  * x gets (n, C, P, P) float32 patches of pixels[samples[i]] (augmented

@@ -117,6 +117,7 @@ hsi_status hsi_gpu_classify(hsi_gpu_classifier *q, const hsi_run *r, int32_t *pr
         const float *z_d = NULL;
         if (pt->on_device) {
             if (!q->px_d) HSI_TRY(hsi_cuda_malloc((void **)&q->px_d, sizeof(int64_t) * (size_t)q->batch));
+            HSI_TRY(hsi_patches_check(pt, pixels + i0, nb)); /* the device's gives NaN patches */
             HSI_TRY(hsi_cuda_upload(q->px_d, pixels + i0, sizeof(int64_t) * (size_t)nb));
             HSI_TRY(hsi_patches_extract(pt, q->x_d, q->px_d, nb, 0, 0));
         } else {

@@ -306,6 +306,10 @@ static void test_errors(void)
     int64_t px = 16;
     HSI_CHECK_FAILS(hsi_patches_extract(&pt, out, &px, 1, 0, 0), HSI_ERR_ARG,
                     "pixel 16; the scene has 16");
+    /* the check alone (made before a device extraction): the first bad one named */
+    int64_t pxs[4] = {0, 15, -1, 99};
+    HSI_CHECK_OK(hsi_patches_check(&pt, pxs, 2));
+    HSI_CHECK_FAILS(hsi_patches_check(&pt, pxs, 4), HSI_ERR_ARG, "sample 2 asks for pixel -1");
     hsi_patcher_free(&pt);
     hsi_view_release(&cube);
     hsi_view_release(&d);
