@@ -189,7 +189,7 @@ test: deps
 # it, installed into a venv over Debian's Python packages.
 PYVENV ?= $(BUILD)/venv
 python: all
-	@rm -rf python/hsi/_lib && mkdir -p python/hsi/_lib
+	@rm -rf python/hsi/_lib python/build && mkdir -p python/hsi/_lib # build/: setuptools' copy, else a stale plugin ships
 	cp -L $(BUILD)/libhsi.so.$(SOMAJOR) $(CU_PLUGIN) python/hsi/_lib/
 	@[ -x $(PYVENV)/bin/python ] || /usr/bin/python3 -m venv --system-site-packages $(PYVENV)
 	$(PYVENV)/bin/python -m pip install -q --no-build-isolation --no-deps --force-reinstall ./python

@@ -775,7 +775,10 @@ if fits torch; then
     for d in "${parts[@]}"; do
         case $d in ""|*build/gpu/run/lib*) ;; *) TLD=${TLD:+$TLD:}$d ;; esac
     done
-    TENV=(env -u HSI_THREADS -u OPENBLAS_NUM_THREADS -u HSI_CUDA_NO_CACHE -u HSI_CUDA_PLUGIN)
+    # FP32 is FP32: NGC images force TF32 matmuls with the override (torch_gpu.py
+    # also refuses an FP32 figure while TF32 reads back on)
+    TENV=(env -u HSI_THREADS -u OPENBLAS_NUM_THREADS -u HSI_CUDA_NO_CACHE -u HSI_CUDA_PLUGIN
+          -u TORCH_ALLOW_TF32_CUBLAS_OVERRIDE)
     if [ -n "$TLD" ]; then TENV+=(LD_LIBRARY_PATH="$TLD"); else TENV+=(-u LD_LIBRARY_PATH); fi
     TENV+=(PYTHONUNBUFFERED=1)
     if [ -z "$TPY" ]; then

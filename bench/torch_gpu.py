@@ -54,8 +54,20 @@ def set_mode(torch, mode):
     on = mode == "tf32"
     torch.backends.cudnn.allow_tf32 = on
     torch.backends.cuda.matmul.allow_tf32 = on
-    return {"tf32_cudnn": torch.backends.cudnn.allow_tf32,
-            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+    flags = {"tf32_cudnn": torch.backends.cudnn.allow_tf32,
+             "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+    if not on and any(flags.values()):  # e.g. TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (NGC images)
+        raise RuntimeError("fp32 asked, but TF32 stays on (%s; TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=%s): "
+                           "no FP32 figure" % (flags, os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE")))
+    return flags
+
+
+def empty_cache(torch):
+    """Returns the cached blocks; after a sticky CUDA error it raises: ignored."""
+    try:
+        torch.cuda.empty_cache()
+    except Exception:
+        pass
 
 
 def make(torch, models, name, batch, a, dev):
@@ -168,9 +180,11 @@ def main():
         out({"stage": "device", "error": "torch %s sees no CUDA device (torch built for CUDA %s)"
              % (torch.__version__, torch.version.cuda)})
         return 2
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = True  # its fastest algorithms, deterministic or not
     out({"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-         "device": torch.cuda.get_device_name(0), "cudnn": torch.backends.cudnn.version()})
+         "device": torch.cuda.get_device_name(0), "cudnn": torch.backends.cudnn.version(),
+         "cudnn_benchmark": torch.backends.cudnn.benchmark,
+         "cudnn_deterministic": torch.backends.cudnn.deterministic})
     n_err = 0
     for key, pinned in (("h2d_pinned_gbps", True), ("h2d_pageable_gbps", False)):
         try:
@@ -193,7 +207,7 @@ def main():
             except Exception as e:  # CUDA OOM, cuDNN refusal: report it, go on
                 n_err += 1
                 out({"stage": what, "error": "%s: %s" % (type(e).__name__, e)})
-            torch.cuda.empty_cache()
+            empty_cache(torch)
     if a.profile_out:
         set_mode(torch, "fp32")
         for name, batch in (("cnn2d", a.batch2 if a.batch2 > 0 else a.batch), ("hybridsn", a.batch)):
@@ -203,7 +217,7 @@ def main():
             except Exception as e:
                 n_err += 1
                 out({"stage": "profile_%s" % name, "error": "%s: %s" % (type(e).__name__, e)})
-            torch.cuda.empty_cache()
+            empty_cache(torch)
     out({"torch_errors": n_err})
     return 1 if n_err else 0
 

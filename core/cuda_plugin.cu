@@ -42,7 +42,13 @@ int hsi_cu_device_count(const char **why)
     cudaError_t e = cudaGetDeviceCount(&n);
     if (why) *why = NULL;
     if (e != cudaSuccess) {
-        if (why) *why = cudaGetErrorString(e);
+        int drv = -1;
+        /* no driver at all reads as "driver version is insufficient": say which */
+        if (why)
+            *why = e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess && drv == 0
+                       ? "no CUDA driver is loaded (libcuda.so.1 not found: no NVIDIA driver on this "
+                         "machine or in this container)"
+                       : cudaGetErrorString(e);
         cudaGetLastError(); /* clear the sticky "no device" error */
         return 0;
     }

@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define HSI_CUDA_PLUGIN_ABI 6
+#define HSI_CUDA_PLUGIN_ABI 7
 /* The plugin's file name and its one exported symbol, a
  * `const hsi_cuda_plugin *(void)` returning its table. */
 #define HSI_CUDA_PLUGIN_FILE "libhsi_cuda.so"

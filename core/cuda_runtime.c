@@ -98,8 +98,8 @@ static int find_and_open(void)
     if (!hsi_cuda_host_symbols[0]) return 0;
     const char *env = getenv("HSI_CUDA_PLUGIN");
     char dir[PATH_MAX], cand[2][PATH_MAX + 32];
+    home_dir(dir, sizeof dir); /* first: a dlopen'ed libhsi to global scope, whichever plugin */
     if (env && env[0]) return open_plugin(env, "from HSI_CUDA_PLUGIN");
-    home_dir(dir, sizeof dir);
     int n_cand = 0;
     if (dir[0]) {
         snprintf(cand[n_cand++], sizeof cand[0], "%s/%s", dir, HSI_CUDA_PLUGIN_FILE);
@@ -122,6 +122,11 @@ static void load_plugin(void)
 {
     int ok = find_and_open();
     __atomic_store_n(&g_state, ok ? 1 : -1, __ATOMIC_RELEASE);
+    /* a plugin that is there but does not load (another ABI, a library it
+     * needs missing) would otherwise only show as no device: --device auto
+     * would run on the CPU without a word (a CPU build has none: quiet) */
+    if (!ok && strncmp(g_why, "no CUDA plugin", 14) != 0)
+        hsi_warn("%s; CUDA is unavailable (--device auto runs on the CPU)", g_why);
 }
 
 const hsi_cuda_plugin *hsi_cuda_plugin_get(void)

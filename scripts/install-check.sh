@@ -56,6 +56,20 @@ cc -std=c11 -o "$tmp/static" "$src" $(pkg-config --cflags hsi) "$prefix/lib/libh
 (cd "$tmp/work" && "$tmp/static" > /dev/null) || fail "the statically linked example failed"
 ldd "$tmp/static" > "$tmp/ldd.txt"
 ! grep -q libhsi.so "$tmp/ldd.txt" || fail "the static example loads libhsi.so"
+# a static program that reaches CUDA through core alone (the device probe)
+# still holds every libhsi function the plugin takes from it (pkg-config's
+# static flags keep kernels/cuda_stub.c's list): the plugin loads
+if [ -e "$prefix/lib/libhsi_cuda.so" ]; then
+    printf '%s\n' '#include <hsi/hsi.h>' '#include <stdio.h>' \
+        'int main(void) { hsi_device d; hsi_device_resolve(&d, HSI_DEVICE_CUDA, "probe");' \
+        '    printf("%s\n", hsi_last_error()); return 0; }' > "$tmp/probe.c"
+    cc -std=c11 -o "$tmp/probe" "$tmp/probe.c" $(pkg-config --cflags hsi) "$prefix/lib/libhsi.a" \
+        $(pkg-config --static --libs hsi | sed 's/ -lhsi\b//') -rdynamic || fail "static probe link failed"
+    HSI_CUDA_PLUGIN="$prefix/lib/libhsi_cuda.so" "$tmp/probe" > "$tmp/probe.out" 2>&1
+    ! grep -q "cannot load the CUDA plugin" "$tmp/probe.out" ||
+        { cat "$tmp/probe.out"; fail "a static program's device probe cannot load the plugin"; }
+    echo "install-check: a static program's device probe loads the plugin ($(cut -c1-100 "$tmp/probe.out"))"
+fi
 # the installed hsi finds the installed CUDA plugin (bin/../lib)
 if [ -e "$prefix/lib/libhsi_cuda.so" ]; then
     if ! (cd "$tmp/work" && "$prefix/bin/hsi" train data_samples/scene.hdr data_samples/scene_gt.hdr \

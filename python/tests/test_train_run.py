@@ -220,3 +220,23 @@ def test_gil_released_during_predict(trained, scene):
         n += 1
     t.join()
     assert n > 1000
+
+
+def test_cuda_plugin_from_env(tmp_path):
+    """HSI_CUDA_PLUGIN names the plugin a ctypes-loaded libhsi takes: it loads
+    (the library is promoted to global scope first, as without the variable);
+    on a machine without a GPU the error then says why there is no device."""
+    import subprocess
+    import sys
+    from conftest import BUILD, PYDIR
+    plugin = os.path.join(BUILD, "libhsi_cuda.so")
+    if not os.path.exists(plugin):
+        pytest.skip("no CUDA plugin in %s (a CPU build)" % BUILD)
+    code = ("import sys; sys.path.insert(0, %r); import hsi\n"
+            "try:\n    hsi.train(%r, %r, %r, device='cuda', epochs=1, quiet=True); print('trained')\n"
+            "except hsi.HsiError as e:\n    print(e)\n") % (PYDIR, SCENE, GT, str(tmp_path / "run"))
+    env = dict(os.environ, HSI_CUDA_PLUGIN=plugin)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "cannot load the CUDA plugin" not in p.stdout + p.stderr, p.stdout + p.stderr
+    assert p.stdout.strip() == "trained" or "CUDA" in p.stdout, p.stdout
