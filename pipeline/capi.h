@@ -171,7 +171,7 @@ typedef int (*hsi_progress_fn)(void *ctx, int kind, const char *text, int epoch,
  * "epochs", "batch", "lr", "pca", "patch", "train", "per_class", "val",
  * "split", "seed", "normalize", "bands", "wavelengths", "keep_bad_bands",
  * "fit_on", "patience", "weight_decay", "schedule", "augment", "workers",
- * "threads", "device", "conv", "cuda_graph", "host_patches", "resume", "overwrite", "var", "labels_var",
+ * "prefetch", "threads", "device", "conv", "cuda_graph", "host_patches", "resume", "overwrite", "var", "labels_var",
  * "train_labels", "test_labels", "pad", "block", "whiten", "pca_variance"), NULL = the
  * defaults; an unknown key is an error naming it. *metrics_json (may be
  * NULL): the test metrics as metrics.json holds them. */

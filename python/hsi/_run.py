@@ -19,7 +19,7 @@ from ._pipeline import Pipeline
 TRAIN_OPTIONS = ("model", "epochs", "batch", "lr", "pca", "patch", "train", "per_class", "val",
                  "split", "seed", "normalize", "bands", "wavelengths", "keep_bad_bands",
                  "fit_on", "patience", "weight_decay", "schedule", "augment", "workers",
-                 "threads", "device", "conv", "cuda_graph", "host_patches", "resume", "overwrite", "var", "labels_var", "train_labels",
+                 "prefetch", "threads", "device", "conv", "cuda_graph", "host_patches", "resume", "overwrite", "var", "labels_var", "train_labels",
                  "test_labels", "pad", "block", "whiten", "pca_variance")
 
 _KINDS = {0: "info", 1: "epoch", 2: "done"}
@@ -131,7 +131,7 @@ def train(cube, labels=None, out=None, progress=None, quiet=None, **options):
     options: the CLI's options with underscores (model, epochs, batch, lr,
     pca, patch, train, per_class, val, split, seed, normalize, bands,
     wavelengths, keep_bad_bands, fit_on, patience, weight_decay, schedule,
-    augment, workers, threads, device, conv, cuda_graph, host_patches, resume,
+    augment, workers, prefetch, threads, device, conv, cuda_graph, host_patches, resume,
     overwrite, var, labels_var, train_labels, test_labels, pad, block, whiten,
     pca_variance).
     progress(event): called for every TrainEvent; returning True (or

@@ -115,7 +115,7 @@ def test_train_option_types(tmp_path):
     import pathlib
     m = hsi.train(pathlib.Path(SCENE), hsi.open(GT), tmp_path / "t", quiet=True, epochs=1,
                   per_class=5, augment=False, whiten=True, pca=np.int64(8), lr=np.float32(2e-3),
-                  normalize="minmax", seed=3)
+                  normalize="minmax", seed=3, prefetch=3)
     assert m["epochs_run"] == 1 and m["split_counts"]["train"] == 8 * 5
     r = hsi.Run.load(tmp_path / "t")
     assert r.n_features == 8
