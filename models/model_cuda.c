@@ -1083,22 +1083,37 @@ static hsi_status moments_copy(hsi_optim *o, const hsi_tensor *t, float *mo, flo
     return HSI_OK;
 }
 
+/* *h: m's layers, checked against d's one by one (m must be d's module or
+ * one of the same architecture), after d's queued work is done */
+static hsi_status host_layers(hsi_dmodel *d, const hsi_module *m, hsi_layer **h, const char *what)
+{
+    int nh = 0;
+    *h = NULL;
+    hsi_status st = hsi_module_layers(h, &nh, (hsi_module *)m, d->sample_nd, d->sample_shape);
+    if (st != HSI_OK) return hsi_fail_context(st, "device model: %s", what);
+    if (nh != d->nl)
+        st = HSI_FAIL(HSI_ERR_ARG, "device model: %s: the module has %d layers, the device model %d",
+                      what, nh, d->nl);
+    for (int i = 0; st == HSI_OK && i < d->nl; i++)
+        if ((*h)[i].mod->kind != d->l[i].g.mod->kind || (*h)[i].out_per != d->l[i].g.out_per)
+            st = HSI_FAIL(HSI_ERR_ARG, "device model: %s: layer %d is %s here, another layer on the "
+                                       "device", what, i, hsi_module_label((*h)[i].mod));
+    if (st == HSI_OK) st = hsi_cuda_sync();
+    if (st != HSI_OK) {
+        free(*h);
+        *h = NULL;
+    }
+    return st;
+}
+
 hsi_status hsi_dmodel_optim_state(hsi_dmodel *d, const hsi_module *m, hsi_optim *o, int to_host)
 {
     hsi_status st = HSI_OK;
     hsi_layer *h = NULL;
-    int nh = 0;
     if (o->cfg.kind != d->cfg.kind || !o->state1 || !o->state2)
         return HSI_FAIL(HSI_ERR_ARG, "device model: the optimiser is not the model's %s",
                         d->cfg.kind == HSI_OPT_ADAMW ? "AdamW" : "Adam");
-    st = hsi_module_layers(&h, &nh, (hsi_module *)m, d->sample_nd, d->sample_shape);
-    if (st != HSI_OK) return hsi_fail_context(st, "device model: the optimiser's state");
-    if (nh != d->nl) {
-        st = HSI_FAIL(HSI_ERR_ARG, "device model: the module has %d layers, the device model %d", nh,
-                      d->nl);
-        goto cleanup;
-    }
-    HSI_TRY(hsi_cuda_sync());
+    HSI_TRY(host_layers(d, m, &h, "the optimiser's state"));
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
         if (L->nw) HSI_TRY(moments_copy(o, h[i].mod->tensors[0].t, L->mw, L->vw, to_host));
@@ -1117,23 +1132,10 @@ hsi_status hsi_dmodel_to_host(hsi_dmodel *d, hsi_module *m, int with_grads)
 {
     hsi_status st = HSI_OK;
     hsi_layer *h = NULL;
-    int nh = 0;
-    st = hsi_module_layers(&h, &nh, m, d->sample_nd, d->sample_shape);
-    if (st != HSI_OK) return hsi_fail_context(st, "device model: copying back to a module");
-    if (nh != d->nl) {
-        st = HSI_FAIL(HSI_ERR_ARG, "device model: the module has %d layers, the device model %d", nh,
-                      d->nl);
-        goto cleanup;
-    }
-    HSI_TRY(hsi_cuda_sync());
+    HSI_TRY(host_layers(d, m, &h, "copying back to a module"));
     for (int i = 0; i < d->nl; i++) {
         dm_layer *L = &d->l[i];
         hsi_module *hm = h[i].mod;
-        if (hm->kind != L->g.mod->kind || h[i].out_per != L->g.out_per) {
-            st = HSI_FAIL(HSI_ERR_ARG, "device model: layer %d is %s here, another layer on the device",
-                          i, hsi_module_label(hm));
-            goto cleanup;
-        }
         if (L->nw) {
             HSI_TRY(download(hm->tensors[0].t, L->w));
             if (with_grads) HSI_TRY(download_grad(hm->tensors[0].t, L->dw));

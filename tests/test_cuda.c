@@ -1356,23 +1356,60 @@ static void model_parity(const char *name, int bands, int patch, int classes, in
  * way: a short batch (run as usual), a new learning rate (read by the
  * captured step), set_conv (the graph dropped and captured again), replays
  * with no cudaMalloc, a training step between graph eval forwards. */
+/* A random batch for model `name` in device memory: x uniform in [-1, 1]
+ * (*gx), labels (i * mul) % classes (*gy); xs[0..*nd): the input shape. */
+static void dev_batch(const char *name, int batch, int bands, int patch, int classes, int mul,
+                      int64_t *xs, int *nd, float **gx, int32_t **gy)
+{
+    int64_t nx = 1;
+    *nd = hsi_model_input_shape(name, batch, bands, patch, xs);
+    for (int i = 0; i < *nd; i++) nx *= xs[i];
+    float *hx = malloc(sizeof(float) * (size_t)nx);
+    int32_t *hy = malloc(sizeof(int32_t) * (size_t)batch);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hy);
+    fill_uniform(hx, nx, -1, 1);
+    for (int i = 0; i < batch; i++) hy[i] = (i * mul) % classes;
+    *gx = dev_f32(hx, nx);
+    *gy = dev_bytes(hy, sizeof(int32_t) * (size_t)batch);
+    free(hx);
+    free(hy);
+}
+
+/* The two modules' states hold the same bytes, tensor by tensor (and the
+ * gradients, where both have them); each one that differs fails, named
+ * after what. */
+static void states_same(hsi_module *ma, hsi_module *mb, const char *what)
+{
+    hsi_named_tensor *st[2] = {NULL, NULL};
+    int ns[2] = {0, 0};
+    HSI_CHECK_OK(hsi_module_state(ma, &st[0], &ns[0]));
+    HSI_CHECK_OK(hsi_module_state(mb, &st[1], &ns[1]));
+    CU_ASSERT_EQUAL(ns[0], ns[1]);
+    for (int k = 0; k < ns[0] && k < ns[1]; k++) {
+        const hsi_tensor *a = st[0][k].t, *b = st[1][k].t;
+        size_t bytes = hsi_dtype_size(a->data.dtype) * (size_t)hsi_tensor_count(a);
+        if (memcmp(hsi_tensor_ptr((hsi_tensor *)a), hsi_tensor_ptr((hsi_tensor *)b), bytes) != 0 ||
+            (a->grad && b->grad && memcmp(hsi_tensor_ptr(a->grad), hsi_tensor_ptr(b->grad), bytes) != 0)) {
+            CU_FAIL("another tensor");
+            fprintf(stderr, "\n  %s: %s differs\n", what, st[0][k].name);
+        }
+    }
+    free(st[0]);
+    free(st[1]);
+}
+
 static void graph_parity(const char *name, int bands, int patch, int classes, int batch)
 {
     hsi_module *m[2] = {NULL, NULL};
     hsi_dmodel *d[2] = {NULL, NULL};
     hsi_optim_config cfg;
     hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
-    int64_t xs[5], nx = 1;
-    int nd = hsi_model_input_shape(name, batch, bands, patch, xs);
-    for (int i = 0; i < nd; i++) nx *= xs[i];
-    float *hx = malloc(sizeof(float) * (size_t)nx);
-    int32_t *hy = malloc(sizeof(int32_t) * (size_t)batch);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(hx);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(hy);
-    fill_uniform(hx, nx, -1, 1);
-    for (int i = 0; i < batch; i++) hy[i] = (i * 5) % classes;
-    float *gx = dev_f32(hx, nx);
-    int32_t *gy = dev_bytes(hy, sizeof(int32_t) * (size_t)batch);
+    int64_t xs[5];
+    int nd;
+    float *gx;
+    int32_t *gy;
+    dev_batch(name, batch, bands, patch, classes, 5, xs, &nd, &gx, &gy);
     for (int v = 0; v < 2; v++) {
         HSI_CHECK_OK(hsi_model_create(&m[v], name, bands, patch, classes, HSI_F32, 5));
         HSI_CHECK_OK(hsi_dmodel_create(&d[v], m[v], nd - 1, xs + 1, batch, &cfg, 9));
@@ -1420,22 +1457,10 @@ static void graph_parity(const char *name, int bands, int patch, int classes, in
     CU_ASSERT_EQUAL(hsi_dmodel_graph_launches(d[1], 1), 5);
     CU_ASSERT_EQUAL(hsi_dmodel_graph_launches(d[0], 1), 0);
     CU_ASSERT_EQUAL(hsi_dmodel_steps(d[1]), 8);
-    hsi_named_tensor *st[2] = {NULL, NULL};
-    int ns[2] = {0, 0};
-    for (int v = 0; v < 2; v++) {
-        HSI_CHECK_OK(hsi_dmodel_to_host(d[v], m[v], 1));
-        HSI_CHECK_OK(hsi_module_state(m[v], &st[v], &ns[v]));
-    }
-    CU_ASSERT_EQUAL_FATAL(ns[0], ns[1]);
-    for (int k = 0; k < ns[0]; k++) {
-        const hsi_tensor *a = st[0][k].t, *b = st[1][k].t;
-        size_t bytes = hsi_dtype_size(a->data.dtype) * (size_t)hsi_tensor_count(a);
-        if (memcmp(hsi_tensor_ptr((hsi_tensor *)a), hsi_tensor_ptr((hsi_tensor *)b), bytes) != 0 ||
-            (a->grad && memcmp(hsi_tensor_ptr(a->grad), hsi_tensor_ptr(b->grad), bytes) != 0)) {
-            CU_FAIL("graph step: another tensor");
-            fprintf(stderr, "\n  %s: %s differs\n", name, st[0][k].name);
-        }
-    }
+    for (int v = 0; v < 2; v++) HSI_CHECK_OK(hsi_dmodel_to_host(d[v], m[v], 1));
+    char what[64];
+    snprintf(what, sizeof what, "%s graph steps", name);
+    states_same(m[0], m[1], what);
     /* eval forwards: the first measures, the rest by the graph, with a
      * training step before the fourth (the folded filters redone); the
      * logits the same */
@@ -1455,14 +1480,11 @@ static void graph_parity(const char *name, int bands, int patch, int classes, in
     }
     CU_ASSERT_EQUAL(hsi_dmodel_graph_launches(d[1], 0), 4);
     for (int v = 0; v < 2; v++) {
-        free(st[v]);
         hsi_dmodel_free(d[v]);
         hsi_module_free(m[v]);
     }
     hsi_cuda_free(gx);
     hsi_cuda_free(gy);
-    free(hx);
-    free(hy);
 }
 
 /* A gate one thread opens and another waits at. */
@@ -1561,16 +1583,11 @@ static void test_threads_streams(void)
     rng_seed(36);
     thr_job jobs[2][2];
     int batch = 8, bands = 6, patch = 7, classes = 4;
-    int64_t xs[5], nx = 1;
-    int nd = hsi_model_input_shape("cnn2d", batch, bands, patch, xs);
-    for (int i = 0; i < nd; i++) nx *= xs[i];
-    float *hx = malloc(sizeof(float) * (size_t)nx);
-    int32_t hy[8];
-    CU_ASSERT_PTR_NOT_NULL_FATAL(hx);
-    fill_uniform(hx, nx, -1, 1);
-    for (int i = 0; i < batch; i++) hy[i] = i % classes;
-    float *gx = dev_f32(hx, nx);
-    int32_t *gy = dev_bytes(hy, sizeof hy);
+    int64_t xs[5];
+    int nd;
+    float *gx;
+    int32_t *gy;
+    dev_batch("cnn2d", batch, bands, patch, classes, 1, xs, &nd, &gx, &gy);
     HSI_CHECK_OK(hsi_cuda_sync());
     memset(jobs, 0, sizeof jobs);
     for (int r = 0; r < 2; r++) /* r 0: alone, in turn, on this thread's stream; 1: two threads */
@@ -1625,7 +1642,6 @@ static void test_threads_streams(void)
         }
     hsi_cuda_free(gx);
     hsi_cuda_free(gy);
-    free(hx);
 }
 
 /* The device's Adam state to a CPU optimiser and back (hsi_dmodel_optim_state,
@@ -1647,16 +1663,11 @@ static void test_optim_state(void)
     hsi_optim_config_default(&cfg, HSI_OPT_ADAMW);
     HSI_CHECK_OK(hsi_model_create(&m, "cnn2d", bands, patch, classes, HSI_F32, 5));
     HSI_CHECK_OK(hsi_model_create(&m1, "cnn2d", bands, patch, classes, HSI_F32, 6));
-    int64_t xs[5], nx = 1;
-    int nd = hsi_model_input_shape("cnn2d", batch, bands, patch, xs);
-    for (int i = 0; i < nd; i++) nx *= xs[i];
-    float *hx = malloc(sizeof(float) * (size_t)nx);
-    int32_t hy[8];
-    CU_ASSERT_PTR_NOT_NULL_FATAL(hx);
-    fill_uniform(hx, nx, -1, 1);
-    for (int i = 0; i < batch; i++) hy[i] = (i * 3) % classes;
-    float *gx = dev_f32(hx, nx);
-    int32_t *gy = dev_bytes(hy, sizeof hy);
+    int64_t xs[5];
+    int nd;
+    float *gx;
+    int32_t *gy;
+    dev_batch("cnn2d", batch, bands, patch, classes, 3, xs, &nd, &gx, &gy);
     HSI_CHECK_OK(hsi_dmodel_create(&d[0], m, nd - 1, xs + 1, batch, &cfg, 9));
     HSI_CHECK_OK(hsi_optim_new(&o, &cfg, m));
     HSI_CHECK_OK(hsi_dmodel_train_step(d[0], gx, gy, batch));
@@ -1697,19 +1708,7 @@ static void test_optim_state(void)
     }
     HSI_CHECK_OK(hsi_dmodel_to_host(d[0], m, 0));
     HSI_CHECK_OK(hsi_dmodel_to_host(d[1], m1, 0));
-    hsi_named_tensor *st[2] = {NULL, NULL};
-    int ns[2] = {0, 0};
-    HSI_CHECK_OK(hsi_module_state(m, &st[0], &ns[0]));
-    HSI_CHECK_OK(hsi_module_state(m1, &st[1], &ns[1]));
-    CU_ASSERT_EQUAL_FATAL(ns[0], ns[1]);
-    for (int k = 0; k < ns[0]; k++) {
-        const hsi_tensor *a = st[0][k].t, *b = st[1][k].t;
-        size_t bytes = hsi_dtype_size(a->data.dtype) * (size_t)hsi_tensor_count(a);
-        if (memcmp(hsi_tensor_ptr((hsi_tensor *)a), hsi_tensor_ptr((hsi_tensor *)b), bytes) != 0) {
-            CU_FAIL("resumed from the saved state: another tensor");
-            fprintf(stderr, "\n  %s differs\n", st[0][k].name);
-        }
-    }
+    states_same(m, m1, "resumed from the saved state");
     /* another optimiser kind is refused, naming the model's */
     hsi_optim *sgd = NULL;
     hsi_optim_config sc;
@@ -1718,15 +1717,12 @@ static void test_optim_state(void)
     CU_ASSERT_EQUAL(hsi_dmodel_optim_state(d[0], m, sgd, 1), HSI_ERR_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(hsi_last_error(), "AdamW"));
     hsi_optim_free(sgd);
-    free(st[0]);
-    free(st[1]);
     for (int v = 0; v < 2; v++) hsi_dmodel_free(d[v]);
     hsi_optim_free(o);
     hsi_module_free(m);
     hsi_module_free(m1);
     hsi_cuda_free(gx);
     hsi_cuda_free(gy);
-    free(hx);
 }
 
 static void test_graph_cnn2d(void) { rng_seed(34); graph_parity("cnn2d", 6, 7, 4, 10); }
