@@ -629,18 +629,26 @@ static void test_fused_widths(void)
     }
 }
 
+/* v's statistics on the CPU, a z-score over every band and a PCA of k
+ * components fitted after it (the fused pass's usual inputs) */
+static void fit_zscore_pca(const hsi_view *v, int64_t k, hsi_stats *s, hsi_norm *nm, hsi_pca *p)
+{
+    const int nb = (int)v->shape[0];
+    HSI_CHECK_OK(hsi_stats_compute(s, v, NULL));
+    HSI_CHECK_OK(hsi_norm_build(nm, HSI_NORM_ZSCORE, nb, NULL, nb, s, NULL, 0, 0));
+    hsi_pca_opts po = {.n_components = k};
+    HSI_CHECK_OK(hsi_pca_fit(p, v, nm, &po));
+}
+
 static void test_fused_device_cube(void)
 {
     /* unaligned, byte-swapped, pixel-major raw bytes on the device */
     hsi_view v = make_cube(8, 16, 19, HSI_F32, BIP, 1, 1, 91);
     hsi_view dv = raw_to_device(&v);
     hsi_stats s;
-    HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
     hsi_norm nm;
-    HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_ZSCORE, 8, NULL, 8, &s, NULL, 0, 0));
     hsi_pca p;
-    hsi_pca_opts po = {.n_components = 4};
-    HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &po));
+    fit_zscore_pca(&v, 4, &s, &nm, &p);
     int64_t N = 4 * 16 * 19;
     float *want = malloc(sizeof(float) * (size_t)N);
     HSI_CHECK_OK(hsi_fused_run(want, &v, NULL, &p, NULL));
@@ -667,12 +675,9 @@ static void test_tile_streams(void)
 {
     hsi_view v = make_cube(12, 37, 23, HSI_U16, BIL, 1, 0, 77);
     hsi_stats s, g[2];
-    HSI_CHECK_OK(hsi_stats_compute(&s, &v, NULL));
     hsi_norm nm;
-    HSI_CHECK_OK(hsi_norm_build(&nm, HSI_NORM_ZSCORE, 12, NULL, 12, &s, NULL, 0, 0));
     hsi_pca p;
-    hsi_pca_opts po = {.n_components = 4};
-    HSI_CHECK_OK(hsi_pca_fit(&p, &v, &nm, &po));
+    fit_zscore_pca(&v, 4, &s, &nm, &p);
     int64_t N = 12 * 37 * 23;
     float *out[2][2];
     double mu[2][12], cv[2][144];
